@@ -1,0 +1,1 @@
+"""Amaranth hardware: shared primitives (``hw.lib``) and one component per kernel (``hw.kernels``)."""

@@ -1,0 +1,1 @@
+"""One parametrised ``wiring.Component`` per kernel of docs/kernels.md."""

@@ -1,0 +1,1 @@
+"""Shared hardware primitives: float32 cores, pipeline helpers, stream framing."""

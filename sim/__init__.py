@@ -1,0 +1,1 @@
+"""Simulation harness: Amaranth -> Verilog -> Verilator with cocotb testbenches (``python -m sim``)."""

@@ -1,0 +1,143 @@
+"""Operand sets for the float32 cores and their numpy reference results.
+
+``random_operands`` mixes random bit patterns, ordinary normals, subnormals, zeros, infinities,
+NaNs, operand pairs whose product or sum overflows or underflows, and pairs whose exact result
+lies exactly halfway between two float32 values (round-to-even ties). ``directed_operands``
+is every pair of a list of corner values. The reference is numpy float32 arithmetic.
+"""
+
+import numpy as np
+
+__all__ = ["CORNER_VALUES", "OPERATIONS", "random_operands", "directed_operands", "reference",
+           "mismatches"]
+
+# Bit patterns of corner values: zeros, subnormal extremes, normal extremes, ones and their
+# neighbours, infinities, NaNs (quiet, signalling, negative).
+CORNER_VALUES = np.array([
+    0x0000_0000, 0x8000_0000, 0x0000_0001, 0x8000_0001, 0x0000_0002, 0x0000_0003,
+    0x007F_FFFF, 0x807F_FFFF, 0x0040_0000, 0x0080_0000, 0x8080_0000, 0x0080_0001,
+    0x3F80_0000, 0xBF80_0000, 0x3F80_0001, 0x3F7F_FFFF, 0x3FC0_0000, 0x4000_0000,
+    0x3F00_0000, 0x3400_0000, 0x3380_0000, 0x3380_0001, 0x4B00_0000, 0x4B80_0000,
+    0x7F7F_FFFF, 0xFF7F_FFFF, 0x7F00_0000, 0x7F80_0000, 0xFF80_0000, 0x7FC0_0000,
+    0xFFC0_0000, 0x7F80_0001, 0x7FFF_FFFF, 0x3F7F_F972, 0x3F80_20C5, 0xD015_02F9,
+    0x2000_0000, 0x1F80_0000, 0x5F80_0000, 0x6000_0000,
+], dtype=np.uint32)
+
+OPERATIONS = ("mul", "add", "sub", "cmp")
+
+
+def _uniform_bits(rng, n):
+    return rng.integers(0, 1 << 32, size=n, dtype=np.uint64).astype(np.uint32)
+
+
+def _with_exponent(rng, n, low, high):
+    """Random sign and fraction with a biased exponent drawn from ``low..high``."""
+    bits = _uniform_bits(rng, n) & np.uint32(0x807F_FFFF)
+    exponents = rng.integers(low, high + 1, size=n).astype(np.uint32)
+    return bits | (exponents << np.uint32(23))
+
+
+def _scaled(rng, integers, exponent_offsets):
+    """float32 patterns of ``±integer * 2**offset`` (exact: the integers have <= 24 bits)."""
+    values = integers.astype(np.float64) * np.exp2(exponent_offsets.astype(np.float64))
+    signs = np.where(rng.random(integers.size) < 0.5, -1.0, 1.0)
+    return (values * signs).astype(np.float32).view(np.uint32)
+
+
+def _product_ties(rng, n):
+    """Pairs whose exact product has 25 significant bits ending in 1: a rounding tie.
+
+    Exponents are spread so that some ties fall in the subnormal range and some overflow.
+    """
+    p = rng.integers(1 << 11, 1 << 12, size=n) | 1
+    q_low = -(-(1 << 24) // p)
+    q_high = ((1 << 25) - 1) // p
+    q = (q_low + (rng.random(n) * (q_high - q_low)).astype(np.int64)) | 1
+    q = np.where(q > q_high, q - 2, q)
+    shift_a = rng.integers(-130, 100, size=n)
+    product_exponent = rng.integers(-150, 130, size=n)
+    shift_b = np.clip(product_exponent - 25 - shift_a, -145, 110)
+    return _scaled(rng, p, shift_a), _scaled(rng, q, shift_b)
+
+
+def _sum_ties(rng, n):
+    """Pairs where ``b`` is exactly half an ulp of ``a`` (or half an ulp plus an ulp)."""
+    exponents = rng.integers(25, 255, size=n).astype(np.uint32)
+    a = (_uniform_bits(rng, n) & np.uint32(0x807F_FFFF)) | (exponents << np.uint32(23))
+    half_ulp = ((exponents - np.uint32(24)) << np.uint32(23))
+    odd = rng.random(n) < 0.5
+    b = np.where(odd, half_ulp | np.uint32(0x0040_0000), half_ulp).astype(np.uint32)
+    b |= (_uniform_bits(rng, n) & np.uint32(0x8000_0000))
+    return a, b
+
+
+def _near_cancellation(rng, n):
+    """Pairs of close magnitudes and opposite signs: massive cancellation, exact zeros."""
+    a = _with_exponent(rng, n, 1, 254)
+    delta = rng.integers(-4, 5, size=n).astype(np.int64)
+    b = (a.astype(np.int64) + delta).clip(0, 0xFFFF_FFFF).astype(np.uint32) ^ np.uint32(1 << 31)
+    return a, b
+
+
+def random_operands(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` operand pairs (uint32 bit patterns), a mix of every class the cores must handle.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        Seeded generator.
+    n : int
+        Number of pairs.
+    """
+    generators = [
+        lambda k: (_uniform_bits(rng, k), _uniform_bits(rng, k)),
+        lambda k: (_with_exponent(rng, k, 100, 154), _with_exponent(rng, k, 100, 154)),
+        lambda k: (_with_exponent(rng, k, 0, 0), _with_exponent(rng, k, 0, 40)),
+        lambda k: (_with_exponent(rng, k, 1, 70), _with_exponent(rng, k, 1, 90)),
+        lambda k: (_with_exponent(rng, k, 180, 254), _with_exponent(rng, k, 120, 254)),
+        lambda k: (rng.choice(CORNER_VALUES, k), _uniform_bits(rng, k)),
+        lambda k: (_with_exponent(rng, k, 1, 254), _with_exponent(rng, k, 1, 254)),
+        lambda k: _product_ties(rng, k),
+        lambda k: _sum_ties(rng, k),
+        lambda k: _near_cancellation(rng, k),
+    ]
+    counts = np.bincount(rng.integers(0, len(generators), size=n), minlength=len(generators))
+    parts = [generate(int(count)) for generate, count in zip(generators, counts, strict=True)]
+    a = np.concatenate([part[0] for part in parts])
+    b = np.concatenate([part[1] for part in parts])
+    order = rng.permutation(n)
+    swap = rng.random(n) < 0.5
+    a, b = a[order], b[order]
+    return np.where(swap, b, a).astype(np.uint32), np.where(swap, a, b).astype(np.uint32)
+
+
+def directed_operands() -> tuple[np.ndarray, np.ndarray]:
+    """Every ordered pair of ``CORNER_VALUES``."""
+    a, b = np.meshgrid(CORNER_VALUES, CORNER_VALUES, indexing="ij")
+    return a.ravel().copy(), b.ravel().copy()
+
+
+def reference(operation: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """numpy's result for uint32 operand patterns: uint32 patterns for ``mul``/``add``/``sub``,
+    a ``(n, 3)`` bool array of ``(a < b, a == b, a > b)`` for ``cmp``."""
+    x, y = a.view(np.float32), b.view(np.float32)
+    with np.errstate(all="ignore"):
+        if operation == "mul":
+            return (x * y).view(np.uint32)
+        if operation == "add":
+            return (x + y).view(np.uint32)
+        if operation == "sub":
+            return (x - y).view(np.uint32)
+        if operation == "cmp":
+            return np.stack([x < y, x == y, x > y], axis=1)
+    raise ValueError(f"`operation` must be one of {OPERATIONS}, not {operation!r}")
+
+
+def mismatches(operation: str, expected: np.ndarray, actual: np.ndarray) -> np.ndarray:
+    """Indices where ``actual`` differs from ``expected``: bit patterns, NaNs by class only."""
+    if operation == "cmp":
+        return np.nonzero((expected != actual).any(axis=1))[0]
+    expected_nan = np.isnan(expected.view(np.float32))
+    actual_nan = np.isnan(actual.view(np.float32))
+    return np.nonzero(((expected != actual) & ~(expected_nan & actual_nan))
+                      | (expected_nan != actual_nan))[0]

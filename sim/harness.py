@@ -1,0 +1,187 @@
+"""Amaranth -> Verilog -> Verilator -> cocotb, with one cached model per parameter set.
+
+``build_model`` elaborates a component to Verilog and builds its Verilator model under
+``build/sim/<name>-<hash>/``, where the hash covers the Verilog text, the tool versions and
+the wave-dump option: the same parameters reuse the model, any change to the hardware builds a
+new one. ``run_testbench`` runs a cocotb test module against a model, passes it a JSON
+configuration, checks the cocotb results file (a failing or empty run raises
+``SimulationError``) and returns the summary the testbench wrote.
+"""
+
+import hashlib
+import importlib.metadata
+import itertools
+import json
+import os
+import shutil
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+from amaranth.back import verilog
+
+__all__ = ["BUILD_ROOT", "SimulationError", "VerilatorModel", "build_model", "run_testbench",
+           "CONFIG_ENV"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BUILD_ROOT = REPO_ROOT / "build" / "sim"
+CONFIG_ENV = "EAGLE_SIM_CONFIG"
+VERILATOR_ARGS = ("-Wno-fatal", "-O3", "--x-assign", "fast", "--x-initial", "fast")
+
+_run_counter = itertools.count()
+
+
+class SimulationError(RuntimeError):
+    """A Verilator build failed, or a cocotb run failed, crashed or ran no test."""
+
+
+@dataclass(frozen=True)
+class VerilatorModel:
+    """A built Verilator model: its HDL top name, build directory and whether it traces."""
+
+    toplevel: str
+    build_dir: Path
+    waves: bool
+
+
+def _tool_versions() -> str:
+    return ",".join(f"{pkg}={importlib.metadata.version(pkg)}"
+                    for pkg in ("amaranth", "cocotb", "verilator"))
+
+
+def _put_venv_tools_on_path() -> None:
+    # `verilator` (the wrapper written by `python -m sim.toolchain`) lives beside this Python.
+    scripts = sysconfig.get_path("scripts")
+    if scripts not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
+
+
+def elaborate(component, *, name: str) -> str:
+    """Verilog text of ``component`` with top module ``name`` (ports ``clk``, ``rst``, ...)."""
+    return verilog.convert(component, name=name, emit_src=False)
+
+
+def model_directory(verilog_text: str, *, name: str, waves: bool) -> Path:
+    """Cache directory of a model: keyed by the Verilog, the tool versions and tracing."""
+    key = hashlib.sha256(f"{_tool_versions()}|waves={waves}|{VERILATOR_ARGS}\n{verilog_text}"
+                         .encode())
+    return BUILD_ROOT / f"{name}-{key.hexdigest()[:16]}"
+
+
+def build_model(component, *, name: str, waves: bool = False, log=print) -> VerilatorModel:
+    """Build (or reuse) the Verilator model of ``component``.
+
+    Parameters
+    ----------
+    component : wiring.Component
+        The design under test; its Verilog text keys the cache.
+    name : str
+        Top module name, also the prefix of the build directory.
+    waves : bool
+        Build with FST tracing (a separate model: tracing slows simulation down).
+    log : callable
+        Progress messages (``print`` by default).
+    """
+    text = elaborate(component, name=name)
+    build_dir = model_directory(text, name=name, waves=waves)
+    stamp = build_dir / "model.stamp"
+    model = VerilatorModel(toplevel=name, build_dir=build_dir, waves=waves)
+    if stamp.exists():
+        return model
+
+    from cocotb_tools.runner import get_runner
+
+    _put_venv_tools_on_path()
+    if build_dir.exists():
+        shutil.rmtree(build_dir)  # a half-finished earlier build
+    build_dir.mkdir(parents=True)
+    source = build_dir / f"{name}.v"
+    source.write_text(text)
+    log(f"building Verilator model {name} in {build_dir.relative_to(REPO_ROOT)} "
+        "(once per parameter set)")
+    runner = get_runner("verilator")
+    try:
+        runner.build(
+            sources=[source],
+            hdl_toplevel=name,
+            build_dir=build_dir,
+            build_args=[*VERILATOR_ARGS, *(["--trace-fst"] if waves else [])],
+            waves=waves,
+            log_file=build_dir / "build.log",
+        )
+    except (Exception, SystemExit) as error:
+        raise SimulationError(f"Verilator build of {name} failed ({error}); "
+                              f"see {build_dir / 'build.log'}") from error
+    stamp.write_text("ok\n")
+    return model
+
+
+def run_testbench(model: VerilatorModel, test_module: str, config: dict, *, seed: int,
+                  log_file: Path | None = None) -> dict:
+    """Run the cocotb tests of ``test_module`` on ``model``; return the testbench's summary.
+
+    Parameters
+    ----------
+    model : VerilatorModel
+        From ``build_model``.
+    test_module : str
+        Importable module holding ``@cocotb.test`` coroutines.
+    config : dict
+        JSON-serialisable settings for the testbench (read with ``sim.cocotb_tb.config()``).
+    seed : int
+        cocotb's random seed; the testbench also finds it in its configuration.
+    log_file : Path or None
+        Where the simulator's output goes (``None``: the console).
+
+    Raises
+    ------
+    SimulationError
+        If the simulator fails, no test ran, or any test failed.
+    """
+    from cocotb_tools.check_results import get_results
+    from cocotb_tools.runner import get_runner
+
+    run_dir = model.build_dir / "runs" / f"{os.getpid()}-{next(_run_counter)}"
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    summary_path = run_dir / "summary.json"
+    config_path = run_dir / "config.json"
+    config_path.write_text(json.dumps({**config, "seed": seed,
+                                       "summary_path": str(summary_path)}, indent=1))
+    results = run_dir / "results.xml"
+
+    runner = get_runner("verilator")
+    try:
+        runner.test(
+            test_module=test_module,
+            hdl_toplevel=model.toplevel,
+            hdl_toplevel_lang="verilog",
+            build_dir=model.build_dir,
+            test_dir=run_dir,
+            seed=seed,
+            extra_env={CONFIG_ENV: str(config_path)},
+            results_xml=str(results),
+            waves=model.waves,
+            log_file=log_file,
+        )
+    except SystemExit as error:  # cocotb exits on failure when it runs under pytest
+        exit_code = error.code
+    else:
+        exit_code = 0
+    try:
+        total, failed = get_results(results)
+    except RuntimeError as error:
+        raise SimulationError(f"{test_module} on {model.toplevel} left no results "
+                              f"(simulator exit code {exit_code}): {error}") from error
+    if total == 0:
+        raise SimulationError(f"{test_module} ran no test on {model.toplevel}")
+    if failed:
+        raise SimulationError(f"{failed} of {total} cocotb tests of {test_module} failed on "
+                              f"{model.toplevel}; logs and results in {run_dir}")
+    if exit_code:
+        raise SimulationError(f"simulator exited with {exit_code} on {model.toplevel}")
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    if model.waves:
+        summary["waves"] = str(run_dir / "dump.fst")
+    return summary
