@@ -1,1 +1,1 @@
-"""Amaranth hardware: shared primitives (``hw.lib``) and one component per kernel (``hw.kernels``)."""
+"""Amaranth hardware: shared primitives (``hw.lib``), one component per kernel (``hw.kernels``)."""

@@ -1,1 +1,1 @@
-"""Simulation harness: Amaranth -> Verilog -> Verilator with cocotb testbenches (``python -m sim``)."""
+"""Simulation harness: Amaranth -> Verilog -> Verilator, cocotb testbenches, ``python -m sim``."""

@@ -10,12 +10,13 @@ import time
 from pathlib import Path
 
 from .harness import BUILD_ROOT, SimulationError
-from .targets import TARGETS, UnknownTargetError, run_target
+from .targets import UnknownTargetError, discover_targets, run_target
 
 
 def _listing() -> str:
-    width = max(map(len, TARGETS))
-    return "\n".join(f"  {name:<{width}}  {t.description}" for name, t in sorted(TARGETS.items()))
+    targets = discover_targets()
+    width = max(map(len, targets))
+    return "\n".join(f"  {name:<{width}}  {t.description}" for name, t in sorted(targets.items()))
 
 
 def _summary_line(name: str, summary: dict, seconds: float) -> str:
@@ -49,7 +50,7 @@ def main(argv=None) -> int:
         print("error: name one simulation target (KERNEL=<name>) or --all; targets:\n"
               + _listing(), file=sys.stderr)
         return 2
-    names = sorted(TARGETS) if args.all else [args.kernel]
+    names = sorted(discover_targets()) if args.all else [args.kernel]
     results = []
     for name in names:
         start = time.monotonic()

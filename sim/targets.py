@@ -1,12 +1,14 @@
 """The simulation targets behind ``make sim KERNEL=<name>``: each a DUT plus its testbench."""
 
+import importlib
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .harness import build_model, run_testbench
 
-__all__ = ["SimTarget", "TARGETS", "UnknownTargetError", "run_target", "target"]
+__all__ = ["SimTarget", "UnknownTargetError", "discover_targets", "run_target", "target"]
 
 DEFAULT_SEED = 1
 
@@ -39,26 +41,23 @@ class SimTarget:
     takes_case: bool = False
 
 
-def _float32_target(operation: str, description: str) -> SimTarget:
-    def make_dut():
-        from .float32_dut import Float32OpStream
+def discover_targets() -> dict[str, SimTarget]:
+    """Every target declared by a subpackage of ``sim`` (its module attribute ``TARGETS``).
 
-        return Float32OpStream(operation)
+    A kernel's simulation files live in ``sim/<kernel>/``; declaring ``TARGETS`` in its
+    ``__init__`` is all it takes to appear in ``make sim``, ``make demo`` and the reports.
+    """
+    import sim
 
-    return SimTarget(
-        name=f"fp32_{operation}",
-        description=description,
-        make_dut=make_dut,
-        testbench="sim.tb_float32",
-        config={"operation": operation, "vectors": 200_000, "idle": 0.25, "backpressure": 0.25},
-    )
-
-
-TARGETS = {t.name: t for t in [
-    _float32_target("mul", "float32 multiply core vs numpy (corner pairs + random mix)"),
-    _float32_target("add", "float32 add/subtract core vs numpy (corner pairs + random mix)"),
-    _float32_target("cmp", "float32 compare core vs numpy (corner pairs + random mix)"),
-]}
+    found = {}
+    for info in sorted(pkgutil.iter_modules(sim.__path__), key=lambda info: info.name):
+        if not info.ispkg:
+            continue
+        for sim_target in getattr(importlib.import_module(f"sim.{info.name}"), "TARGETS", ()):
+            if sim_target.name in found:
+                raise RuntimeError(f"simulation target {sim_target.name!r} declared twice")
+            found[sim_target.name] = sim_target
+    return found
 
 
 class UnknownTargetError(KeyError):
@@ -66,13 +65,13 @@ class UnknownTargetError(KeyError):
 
     def __str__(self):
         return (f"unknown simulation target {self.args[0]!r}; known targets: "
-                + ", ".join(sorted(TARGETS)))
+                + ", ".join(sorted(discover_targets())))
 
 
 def target(name: str) -> SimTarget:
     """The target called ``name``; raises ``UnknownTargetError`` listing the known ones."""
     try:
-        return TARGETS[name]
+        return discover_targets()[name]
     except KeyError:
         raise UnknownTargetError(name) from None
 
@@ -85,7 +84,7 @@ def run_target(name: str, *, seed: int | None = None, waves: bool = False,
     Parameters
     ----------
     name : str
-        Target name (see ``TARGETS``).
+        Target name (see ``discover_targets``).
     seed : int or None
         Seed of the random vectors (``DEFAULT_SEED`` when None).
     waves : bool

@@ -7,7 +7,7 @@ from amaranth.hdl import Module, Signal
 import hw.lib.float32 as float32
 from hw.lib.float32 import Float32Add, Float32Compare, Float32Multiply
 from sim.amaranth_tb import simulate
-from sim.float32_vectors import directed_operands, mismatches, random_operands, reference
+from sim.float32.vectors import directed_operands, mismatches, random_operands, reference
 from sim.harness import BUILD_ROOT
 from sim.targets import run_target
 

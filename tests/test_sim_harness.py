@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from sim.float32_dut import Float32OpStream
+from sim.float32.dut import Float32OpStream
 from sim.harness import (
     BUILD_ROOT,
     SimulationError,
@@ -14,7 +14,7 @@ from sim.harness import (
     model_directory,
     run_testbench,
 )
-from sim.targets import TARGETS, UnknownTargetError, run_target, target
+from sim.targets import UnknownTargetError, discover_targets, run_target, target
 
 
 def test_model_is_built_once_per_parameter_set():
@@ -37,9 +37,9 @@ def test_cache_key_covers_hardware_and_tracing():
 def test_failing_cocotb_test_raises():
     """The compare DUT checked against the multiply reference must fail, not pass silently."""
     model = build_model(Float32OpStream("cmp"), name="fp32_cmp")
-    config = {**TARGETS["fp32_cmp"].config, "operation": "mul", "vectors": 50}
+    config = {**discover_targets()["fp32_cmp"].config, "operation": "mul", "vectors": 50}
     with pytest.raises(SimulationError, match="1 of 1 cocotb tests"):
-        run_testbench(model, "sim.tb_float32", config, seed=3,
+        run_testbench(model, "sim.float32.tb", config, seed=3,
                       log_file=BUILD_ROOT / "pytest-expected-failure.log")
 
 
@@ -68,7 +68,7 @@ def test_cli_unknown_kernel_exits_nonzero_with_listing():
                             capture_output=True, text=True)
     assert result.returncode != 0
     assert "unknown simulation target 'no_such_kernel'" in result.stderr
-    for name in TARGETS:
+    for name in discover_targets():
         assert name in result.stderr
 
 

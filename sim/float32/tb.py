@@ -21,8 +21,8 @@ from sim.cocotb_tb import (
     start_clock_and_reset,
     write_summary,
 )
-from sim.float32_dut import OPERAND_LAYOUT, RESULT_LAYOUTS
-from sim.float32_vectors import directed_operands, mismatches, random_operands, reference
+from sim.float32.dut import OPERAND_LAYOUT, RESULT_LAYOUTS
+from sim.float32.vectors import directed_operands, mismatches, random_operands, reference
 from sim.payload import pack, unpack
 
 
