@@ -14,12 +14,13 @@ CASE   ?=
 
 SIM_ARGS := $(if $(SEED),--seed $(SEED)) $(if $(filter 1,$(WAVES)),--waves) $(if $(CASE),--case $(CASE))
 
-.PHONY: help setup demo sim test test-full lint clean
+.PHONY: help setup demo sim synth test test-full lint clean
 
 help:
 	@echo "make demo                      run every simulation target and print its summary"
 	@echo "make sim KERNEL=<name> [SEED=n] [WAVES=1] [CASE=file]"
 	@echo "                               one kernel's cocotb testbench under Verilator vs golden"
+	@echo "make synth [KERNEL=name]       Yosys synth_xilinx resource estimates -> reports/synth/"
 	@echo "make test                      CI tier: lint + regression (fast parameter sets)"
 	@echo "make test-full                 everything, including long sweeps"
 	@echo "make clean                     remove build outputs (keeps .venv)"
@@ -39,6 +40,9 @@ demo: $(SETUP)
 
 sim: $(SETUP)
 	$(BIN)/python -m sim $(KERNEL) $(SIM_ARGS)
+
+synth: $(SETUP)
+	$(BIN)/python -m hw.synth $(KERNEL)
 
 lint: $(SETUP)
 	$(BIN)/ruff check hw golden sim boards tests
