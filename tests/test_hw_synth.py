@@ -20,8 +20,9 @@ def test_resource_counts_maps_primitives_to_board_resources():
 
 
 @pytest.mark.slow
-def test_synthesis_of_the_add_core_reports_resources():
-    report = synthesize(Float32Add(), name="test_fp32_add")
+def test_synthesis_of_the_add_core_reports_resources(tmp_path):
+    report = synthesize(Float32Add(), name="test_fp32_add", report_dir=tmp_path)
+    assert (tmp_path / "test_fp32_add.json").exists()
     assert report["resources"]["LUT"] > 100
     assert report["resources"]["FF"] > 100
     assert report["resources"]["DSP"] == 0
