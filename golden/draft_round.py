@@ -40,8 +40,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._abi import check_int
 from .score import draft_tree_layer_score_index_gen_op
-from .update_state import MAX_NODE_TOP_K, _check_int, update_cumu_draft_state
+from .update_state import MAX_NODE_TOP_K, update_cumu_draft_state
 from .work_deltas import calculate_work_deltas, width_policy
 
 __all__ = [
@@ -87,21 +88,21 @@ class DraftRoundConfig:
         """Validate the fields; raises ``ValueError`` naming the first bad one."""
         if self.sort_width not in (64, 128):
             raise ValueError(f"`sort_width` must be 64 or 128, not {self.sort_width}")
-        _check_int("batch_size", self.batch_size, 1)
-        k = _check_int("node_top_k", self.node_top_k, 1, MAX_NODE_TOP_K)
-        w = _check_int("max_tree_width", self.max_tree_width, 1, k, hi_name="`node_top_k`")
+        check_int("batch_size", self.batch_size, 1)
+        k = check_int("node_top_k", self.node_top_k, 1, MAX_NODE_TOP_K)
+        w = check_int("max_tree_width", self.max_tree_width, 1, k, hi_name="`node_top_k`")
         if w * k > self.sort_width:
             raise ValueError(
                 f"`node_top_k` * `max_tree_width` must be at most `sort_width` "
                 f"({self.sort_width}), not {w * k}"
             )
-        _check_int("depths", self.depths, 1)
+        check_int("depths", self.depths, 1)
         if isinstance(self.verify_num, bool) or not isinstance(self.verify_num, int | np.integer):
             raise ValueError(f"`verify_num` must be an integer, not {self.verify_num!r}")
-        _check_int("max_verify_num", self.max_verify_num, 1)
-        _check_int("max_node_count", self.max_node_count, 1 + k, lo_name="1 + `node_top_k`")
-        _check_int("max_input_size", self.max_input_size, 0)
-        _check_int("hidden_size", self.hidden_size, 0)
+        check_int("max_verify_num", self.max_verify_num, 1)
+        check_int("max_node_count", self.max_node_count, 1 + k, lo_name="1 + `node_top_k`")
+        check_int("max_input_size", self.max_input_size, 0)
+        check_int("hidden_size", self.hidden_size, 0)
 
 
 @dataclass(frozen=True)
@@ -420,9 +421,9 @@ def synthetic_sampler(seed, vocab_size, node_top_k, *, hidden_size=0, concentrat
     <= 1, in descending order (non-increasing; exact ties are possible); tokens are K distinct
     ids.
     """
-    k = _check_int("node_top_k", node_top_k, 1, MAX_NODE_TOP_K)
-    vocab = _check_int("vocab_size", vocab_size, k, lo_name="`node_top_k`")
-    hidden_size = _check_int("hidden_size", hidden_size, 0)
+    k = check_int("node_top_k", node_top_k, 1, MAX_NODE_TOP_K)
+    vocab = check_int("vocab_size", vocab_size, k, lo_name="`node_top_k`")
+    hidden_size = check_int("hidden_size", hidden_size, 0)
     rng = np.random.default_rng(seed)
 
     def sample(depth, frontier):

@@ -17,6 +17,8 @@ import warnings
 
 import numpy as np
 
+from ._abi import check_index_range, check_int, in_view, out_view
+
 __all__ = [
     "CUMU_SCORE_SCALE",
     "MAX_CANDIDATES",
@@ -41,67 +43,6 @@ class NodeBudgetError(ValueError):
 
 class NodeBudgetWarning(UserWarning):
     """Emitted by ``update_cumu_draft_state`` (``strict=False``) when appends are dropped."""
-
-
-# --- shared host-API validation helpers (also used by golden.work_deltas) -------------------
-
-
-def _check_int(name, value, lo, hi=None, *, lo_name=None, hi_name=None):
-    """Check that ``value`` is an integer in ``[lo, hi]`` and return it as a Python int.
-
-    Parameters: ``name`` argument name for the message; ``value`` the argument; ``lo``/``hi``
-    inclusive bounds (``hi=None``: no upper bound); ``lo_name``/``hi_name`` spellings of the
-    bounds in the message when they are other arguments (e.g. "`node_top_k`").
-    """
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ValueError(f"`{name}` must be an integer, not {value!r}")
-    value = int(value)
-    lo_text = lo_name if lo_name is not None else str(lo)
-    hi_text = hi_name if hi_name is not None else str(hi)
-    if hi is None and value < lo:
-        raise ValueError(f"`{name}` must be at least {lo_text}, not {value}")
-    if hi is not None and not lo <= value <= hi:
-        raise ValueError(f"`{name}` must be between {lo_text} and {hi_text}, not {value}")
-    return value
-
-
-def _in_view(name, array, shape, dtype):
-    """Validate an input array (exact dtype, element count) and return it reshaped to ``shape``.
-
-    Parameters: ``name`` argument name; ``array`` the caller's array (flat or shaped);
-    ``shape`` the ABI shape; ``dtype`` the ABI dtype.
-    """
-    if not isinstance(array, np.ndarray):
-        raise ValueError(f"`{name}` must be a numpy array, not {type(array).__name__}")
-    if array.dtype != np.dtype(dtype):
-        raise ValueError(f"`{name}` must have dtype {np.dtype(dtype)}, not {array.dtype}")
-    expected = int(np.prod(shape, dtype=np.int64))
-    if array.size != expected:
-        raise ValueError(
-            f"`{name}` must have {expected} elements (shape {tuple(shape)}), not {array.size}"
-        )
-    return array.reshape(shape)
-
-
-def _out_view(name, array, shape, dtype):
-    """Validate an output array and return a reshaped *view* of it (never a copy).
-
-    Parameters as for :func:`_in_view`; the array must also be writable and C-contiguous,
-    otherwise a reshape could silently copy and the outputs would be lost.
-    """
-    view = _in_view(name, array, shape, dtype)
-    if not array.flags.writeable:
-        raise ValueError(f"`{name}` must be writable")
-    if not array.flags.c_contiguous:
-        raise ValueError(f"`{name}` must be C-contiguous (outputs are written in place)")
-    return view
-
-
-def _check_index_range(name, values, lo, hi, hi_name):
-    """Check that every element of ``values`` lies in ``[lo, hi)``; ``hi_name`` names ``hi``."""
-    if values.size and (values.min() < lo or values.max() >= hi):
-        bad = values[(values < lo) | (values >= hi)][0]
-        raise ValueError(f"`{name}` values must be between {lo} and {hi_name} - 1, not {bad}")
 
 
 def clamp_verify_num(verify_num, max_verify_num):
@@ -252,56 +193,56 @@ def update_cumu_draft_state(
     counts, non-writable/non-contiguous outputs, ``sorted_indexs`` outside ``0..N-1`` or
     ``parent_indexs`` outside ``0..W-1``; nothing is written then.
     """
-    b_count = _check_int("batch_size", batch_size, 0)
-    k = _check_int("node_top_k", node_top_k, 1, MAX_NODE_TOP_K)
-    w = _check_int("tree_width", tree_width, 1, k, hi_name="`node_top_k`")
+    b_count = check_int("batch_size", batch_size, 0)
+    k = check_int("node_top_k", node_top_k, 1, MAX_NODE_TOP_K)
+    w = check_int("tree_width", tree_width, 1, k, hi_name="`node_top_k`")
     n = w * k
     if n > MAX_CANDIDATES:
         raise ValueError(
             f"`node_top_k` * `tree_width` must be at most {MAX_CANDIDATES}, not {n}"
         )
-    mi = _check_int("max_input_size", max_input_size, 0)
-    count_in = _check_int(
+    mi = check_int("max_input_size", max_input_size, 0)
+    count_in = check_int(
         "input_count", input_count, 0, mi + 1, hi_name="`max_input_size` + 1"
     )
-    start = _check_int("cumu_count", cumu_count, 0)
+    start = check_int("cumu_count", cumu_count, 0)
     if isinstance(verify_num, bool) or not isinstance(verify_num, int | np.integer):
         raise ValueError(f"`verify_num` must be an integer, not {verify_num!r}")
-    depth = _check_int("curr_depth", curr_depth, 0)
-    maxn = _check_int("max_node_count", max_node_count, 1)
-    maxv = _check_int("max_verify_num", max_verify_num, 1)
+    depth = check_int("curr_depth", curr_depth, 0)
+    maxn = check_int("max_node_count", max_node_count, 1)
+    maxv = check_int("max_verify_num", max_verify_num, 1)
     mask_cols = max(count_in - 1, 0)
 
     ins = {
-        "topk_probas": _in_view("topk_probas", topk_probas, (b_count, n), np.float32),
-        "topk_tokens": _in_view("topk_tokens", topk_tokens, (b_count, n), np.int64),
-        "sorted_scores": _in_view("sorted_scores", sorted_scores, (b_count, n), np.float32),
-        "sorted_indexs": _in_view("sorted_indexs", sorted_indexs, (b_count, n), np.int64),
-        "parent_indexs": _in_view("parent_indexs", parent_indexs, (b_count, k), np.int64),
-        "topk_indexs": _in_view("topk_indexs", topk_indexs, (b_count, w), np.int64),
-        "input_tree_mask": _in_view(
+        "topk_probas": in_view("topk_probas", topk_probas, (b_count, n), np.float32),
+        "topk_tokens": in_view("topk_tokens", topk_tokens, (b_count, n), np.int64),
+        "sorted_scores": in_view("sorted_scores", sorted_scores, (b_count, n), np.float32),
+        "sorted_indexs": in_view("sorted_indexs", sorted_indexs, (b_count, n), np.int64),
+        "parent_indexs": in_view("parent_indexs", parent_indexs, (b_count, k), np.int64),
+        "topk_indexs": in_view("topk_indexs", topk_indexs, (b_count, w), np.int64),
+        "input_tree_mask": in_view(
             "input_tree_mask", input_tree_mask, (b_count, w, mask_cols), np.bool_
         ),
         "curr_depth": depth,
     }
     tree_shape = (b_count, maxn)
     outs = {
-        "cumu_tokens": _out_view("cumu_tokens", cumu_tokens, tree_shape, np.int64),
-        "cumu_scores": _out_view("cumu_scores", cumu_scores, tree_shape, np.float32),
-        "cumu_deltas": _out_view("cumu_deltas", cumu_deltas, tree_shape, np.int64),
-        "prev_indexs": _out_view("prev_indexs", prev_indexs, tree_shape, np.int64),
-        "next_indexs": _out_view("next_indexs", next_indexs, tree_shape, np.int64),
-        "side_indexs": _out_view("side_indexs", side_indexs, tree_shape, np.int64),
-        "output_scores": _out_view("output_scores", output_scores, (b_count, k), np.float32),
-        "output_tokens": _out_view("output_tokens", output_tokens, (b_count, k), np.int64),
-        "work_scores": _out_view("work_scores", work_scores, (b_count, maxv + k), np.float32),
-        "sort_scores": _out_view("sort_scores", sort_scores, (b_count, maxv), np.float32),
-        "output_tree_mask": _out_view(
+        "cumu_tokens": out_view("cumu_tokens", cumu_tokens, tree_shape, np.int64),
+        "cumu_scores": out_view("cumu_scores", cumu_scores, tree_shape, np.float32),
+        "cumu_deltas": out_view("cumu_deltas", cumu_deltas, tree_shape, np.int64),
+        "prev_indexs": out_view("prev_indexs", prev_indexs, tree_shape, np.int64),
+        "next_indexs": out_view("next_indexs", next_indexs, tree_shape, np.int64),
+        "side_indexs": out_view("side_indexs", side_indexs, tree_shape, np.int64),
+        "output_scores": out_view("output_scores", output_scores, (b_count, k), np.float32),
+        "output_tokens": out_view("output_tokens", output_tokens, (b_count, k), np.int64),
+        "work_scores": out_view("work_scores", work_scores, (b_count, maxv + k), np.float32),
+        "sort_scores": out_view("sort_scores", sort_scores, (b_count, maxv), np.float32),
+        "output_tree_mask": out_view(
             "output_tree_mask", output_tree_mask, (b_count, k, mi + 1), np.bool_
         ),
     }
-    _check_index_range("sorted_indexs", ins["sorted_indexs"], 0, n, "N")
-    _check_index_range("parent_indexs", ins["parent_indexs"], 0, w, "`tree_width`")
+    check_index_range("sorted_indexs", ins["sorted_indexs"], 0, n, "N")
+    check_index_range("parent_indexs", ins["parent_indexs"], 0, w, "`tree_width`")
 
     dropped = node_budget_overflow(start, k, w, maxn)
     if dropped and b_count:

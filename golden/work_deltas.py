@@ -11,7 +11,8 @@ nearest even), in the order §5 gives, so the result is bit-exact with the hardw
 
 import numpy as np
 
-from .update_state import MAX_NODE_TOP_K, _check_int, _in_view, _out_view, clamp_verify_num
+from ._abi import check_int, in_view, out_view
+from .update_state import MAX_NODE_TOP_K, clamp_verify_num
 
 __all__ = ["calculate_work_deltas", "request_work_deltas", "width_policy"]
 
@@ -66,14 +67,14 @@ def calculate_work_deltas(
     float32 add each. Returns ``None``; raises ``ValueError`` (nothing written) on invalid
     arguments.
     """
-    b_count = _check_int("batch_size", batch_size, 0)
-    k = _check_int("node_top_k", node_top_k, 1, MAX_NODE_TOP_K)
-    count = _check_int("cumu_count", cumu_count, 0)
+    b_count = check_int("batch_size", batch_size, 0)
+    k = check_int("node_top_k", node_top_k, 1, MAX_NODE_TOP_K)
+    count = check_int("cumu_count", cumu_count, 0)
     if isinstance(verify_num, bool) or not isinstance(verify_num, int | np.integer):
         raise ValueError(f"`verify_num` must be an integer, not {verify_num!r}")
-    maxv = _check_int("max_verify_num", max_verify_num, 1)
-    scores = _in_view("work_scores", work_scores, (b_count, maxv + k), np.float32)
-    out = _out_view("work_deltas", work_deltas, (k + 1,), np.float32)
+    maxv = check_int("max_verify_num", max_verify_num, 1)
+    scores = in_view("work_scores", work_scores, (b_count, maxv + k), np.float32)
+    out = out_view("work_deltas", work_deltas, (k + 1,), np.float32)
 
     v = clamp_verify_num(verify_num, maxv)
     ws0 = min(v, count)
@@ -99,9 +100,9 @@ def width_policy(work_deltas, node_top_k, batch_size, cost_per_node=0.0):
     w, so a failing w below a passing one does not stop the search. ``W' = 0`` means stop.
     Returns a Python int.
     """
-    k = _check_int("node_top_k", node_top_k, 1, MAX_NODE_TOP_K)
-    b_count = _check_int("batch_size", batch_size, 0)
-    deltas = _in_view("work_deltas", work_deltas, (k + 1,), np.float32)
+    k = check_int("node_top_k", node_top_k, 1, MAX_NODE_TOP_K)
+    b_count = check_int("batch_size", batch_size, 0)
+    deltas = in_view("work_deltas", work_deltas, (k + 1,), np.float32)
     threshold = np.float32(np.float32(cost_per_node) * np.float32(b_count))
     marginal = deltas[1:] - deltas[:-1]
     passing = np.flatnonzero(marginal >= threshold)
