@@ -2,7 +2,9 @@
 
 Each op follows the in-place ABI of docs/kernels.md §0: the same arguments, in the same
 order, as the CUDA/torch op it mirrors; outputs are written into the given arrays and the op
-returns ``None``. Every op of the project is importable from here.
+returns ``None``. Every op of the project is importable from here. (Functional wrappers stay in
+their modules, e.g. ``golden.logits_to_probas.logits_to_probas``: a package attribute of the
+same name would shadow the module.)
 """
 
 from .active_slots import compact_active_slots
@@ -15,6 +17,22 @@ from .draft_round import (
     Frontier,
     draft_round,
     synthetic_sampler,
+)
+from .lfsr import GaloisLFSR32Model
+from .logits_to_probas import (
+    GREEDY_TEMPERATURE,
+    MAX_REL_ERROR,
+    MAX_SUM_ERROR,
+    MAX_TEMPERATURE,
+    MAX_ULP_ERROR,
+    convert_logits_to_probas,
+    softmax_reference,
+)
+from .reject_sample import (
+    draft_tree_reject_sample,
+    lfsr_coins,
+    tree_speculative_sampling_target_only,
+    verify_tree_greedy,
 )
 from .score import draft_tree_layer_score_index_gen_op
 from .tree_mask import (
@@ -75,4 +93,16 @@ __all__ = [
     "SGLANG_MAX_PACKED_DRAFT_TOKENS",
     "update_verify_result",
     "compact_active_slots",
+    "GaloisLFSR32Model",
+    "convert_logits_to_probas",
+    "softmax_reference",
+    "GREEDY_TEMPERATURE",
+    "MAX_TEMPERATURE",
+    "MAX_REL_ERROR",
+    "MAX_ULP_ERROR",
+    "MAX_SUM_ERROR",
+    "tree_speculative_sampling_target_only",
+    "verify_tree_greedy",
+    "draft_tree_reject_sample",
+    "lfsr_coins",
 ]

@@ -1,0 +1,102 @@
+"""The K6 coin generator (docs/kernels.md §8): a 32-bit Galois LFSR leaping 32 steps a clock.
+
+The sequence is defined once, by ``golden.lfsr.GaloisLFSR32Model`` (polynomial
+``x^32 + x^22 + x^2 + x + 1``, right-shifting Galois form, zero seed replaced by
+``ZERO_SEED_STATE``, ``coin = (state >> 8) * 2^-24`` after each leap). :class:`GaloisLFSR32`
+inherits its ``model_*`` methods, and builds its leap from the model's GF(2) matrix at
+elaboration time: each next-state bit is the XOR of the state bits its matrix row selects.
+"""
+
+import operator
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from golden.lfsr import GaloisLFSR32Model
+
+from .pipeline import count_leading_zeros
+
+__all__ = ["GaloisLFSR32", "coin_to_float32"]
+
+
+def coin_to_float32(coin):
+    """float32 bit pattern of ``coin * 2^-24`` for a 24-bit unsigned ``coin`` (combinational).
+
+    Exact (a 24-bit integer times a power of two needs no rounding): zero for ``coin == 0``,
+    else exponent field ``126 - lz`` and the bits below the leading one, where ``lz`` is the
+    number of leading zeros of ``coin``.
+    """
+    leading_zeros = count_leading_zeros(coin)
+    normalised = (coin << leading_zeros)[:24]
+    exponent = (126 - leading_zeros)[:8]
+    return Mux(coin == 0, 0, Cat(normalised[:23], exponent, 0))
+
+
+class GaloisLFSR32(GaloisLFSR32Model, wiring.Component):
+    """32-bit Galois LFSR coin generator with a ``steps``-step leap per clock.
+
+    Parameters
+    ----------
+    steps : int
+        Single LFSR steps per ``advance`` (keyword; default 32, the §8 draw). Any positive
+        integer: the leap is a fixed GF(2) matrix, one XOR tree per state bit.
+
+    Members
+    -------
+    load : In(1)
+        Load strobe: on the next clock ``state`` becomes ``seed``, or ``ZERO_SEED_STATE`` when
+        ``seed`` is zero. Has priority over ``advance``.
+    seed : In(32)
+        Seed value, read when ``load`` is high.
+    advance : In(1)
+        When high (and ``load`` low) ``state`` leaps ``steps`` single steps on the next clock;
+        when both are low the state holds.
+    state : Out(32)
+        The state register (reset: ``ZERO_SEED_STATE``, as if seeded with 0).
+    coin : Out(32)
+        float32 bit pattern of ``(state >> 8) * 2^-24``, combinational from ``state``: after
+        a load and ``i`` advances it is draw ``i`` of ``model_coins(seed, i)``.
+
+    The ``model_*`` classmethods (``model_seed``, ``model_step``, ``model_leap``,
+    ``model_coin``, ``model_coins``, ``model_coins_batch``, ``leap_matrix``) are the
+    bit-exact Python model, inherited from ``golden.lfsr.GaloisLFSR32Model``.
+    """
+
+    def __init__(self, *, steps: int = GaloisLFSR32Model.STEPS_PER_DRAW):
+        try:
+            steps = operator.index(steps)
+        except TypeError:
+            raise ValueError(f"`steps` must be a positive integer, not {steps!r}") from None
+        if steps < 1:
+            raise ValueError(f"`steps` must be a positive integer, not {steps}")
+        self._steps = steps
+        super().__init__({
+            "load": In(1),
+            "seed": In(32),
+            "advance": In(1),
+            "state": Out(32, init=self.ZERO_SEED_STATE),
+            "coin": Out(32),
+        })
+
+    @property
+    def steps(self) -> int:
+        """Single steps per ``advance``."""
+        return self._steps
+
+    def model_advance(self, state):
+        """Model of one ``advance`` of this instance: :meth:`model_leap` by :attr:`steps`."""
+        return self.model_leap(state, self._steps)
+
+    def elaborate(self, platform):
+        m = Module()
+        rows = self.leap_matrix(self._steps)
+        leaped = Signal(32, name="leaped")
+        m.d.comb += leaped.eq(Cat(*((self.state & row).xor() for row in rows)))
+        seeded = Mux(self.seed == 0, self.ZERO_SEED_STATE, self.seed)
+        with m.If(self.load):
+            m.d.sync += self.state.eq(seeded)
+        with m.Elif(self.advance):
+            m.d.sync += self.state.eq(leaped)
+        m.d.comb += self.coin.eq(coin_to_float32(self.state[self.COIN_SHIFT:]))
+        return m
