@@ -11,16 +11,21 @@ KERNEL ?=
 SEED   ?=
 WAVES  ?=
 CASE   ?=
+BOARD  ?= alveo
+SYNTH  ?= vivado
 
 SIM_ARGS := $(if $(SEED),--seed $(SEED)) $(if $(filter 1,$(WAVES)),--waves) $(if $(CASE),--case $(CASE))
 
-.PHONY: help setup demo sim synth test test-full lint clean
+.PHONY: help setup demo sim synth build report test test-full lint clean
 
 help:
 	@echo "make demo                      run every simulation target and print its summary"
 	@echo "make sim KERNEL=<name> [SEED=n] [WAVES=1] [CASE=file]"
 	@echo "                               one kernel's cocotb testbench under Verilator vs golden"
 	@echo "make synth [KERNEL=name]       Yosys synth_xilinx resource estimates -> reports/synth/"
+	@echo "make build [BOARD=alveo|alveo-v80|alveo-u55c] [KERNEL=name] [SYNTH=vivado|yosys|none]"
+	@echo "                               Verilog, Vivado scripts, JSON reports -> build/<board>/"
+	@echo "make report [KERNEL=name]      benchmark contract, env manifest, cycle budget -> reports/"
 	@echo "make test                      CI tier: lint + regression (fast parameter sets)"
 	@echo "make test-full                 everything, including long sweeps"
 	@echo "make clean                     remove build outputs (keeps .venv)"
@@ -31,7 +36,7 @@ $(SETUP): pyproject.toml sim/toolchain.py
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[sim,synth,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[sim,synth,report,dev]'
 	$(BIN)/python -m sim.toolchain
 	touch $@
 
@@ -43,6 +48,12 @@ sim: $(SETUP)
 
 synth: $(SETUP)
 	$(BIN)/python -m hw.synth $(KERNEL)
+
+build: $(SETUP)
+	$(BIN)/python -m hw.build --board $(BOARD) --kernel $(or $(KERNEL),all) --synth $(SYNTH)
+
+report: $(SETUP)
+	$(BIN)/python -m hw.report --board $(BOARD) $(if $(KERNEL),--kernel $(KERNEL))
 
 lint: $(SETUP)
 	$(BIN)/ruff check hw golden sim boards tests

@@ -27,11 +27,11 @@ WORK_DIR = REPO_ROOT / "build" / "synth"
 
 # Xilinx primitive -> resource class of the board records (BRAM in 36 Kb blocks).
 _PRIMITIVES = {
-    "LUT": ("LUT1", "LUT2", "LUT3", "LUT4", "LUT5", "LUT6"),
+    "LUT": ("LUT1", "LUT2", "LUT3", "LUT4", "LUT5", "LUT6", "INV"),  # INV is a LUT1
     "FF": ("FDRE", "FDSE", "FDCE", "FDPE"),
     "DSP": ("DSP48E2",),
     "URAM": ("URAM288",),
-    "CARRY": ("CARRY8",),
+    "CARRY": ("CARRY8", "CARRY4"),
 }
 # LUT-RAM primitives and how many LUTs each occupies.
 _LUTRAM = {"RAM32M": 4, "RAM32M16": 8, "RAM64M": 4, "RAM64M8": 8, "RAM32X1D": 2, "RAM64X1D": 2,
@@ -55,7 +55,7 @@ def _yosys() -> str:
 
 
 def synthesize(component, *, name: str, family: str = "xcup", report_dir: Path = REPORT_DIR,
-               log=print) -> dict:
+               log=print, verilog_text: str | None = None, work_dir: Path | None = None) -> dict:
     """Run ``synth_xilinx`` on ``component``; return its report (also written to REPORT_DIR).
 
     Parameters
@@ -70,17 +70,28 @@ def synthesize(component, *, name: str, family: str = "xcup", report_dir: Path =
         Where ``<name>.json`` and ``<name>.txt`` go.
     log : callable
         Progress messages.
+    verilog_text : str or None
+        The design's Verilog with top module ``name``, if already elaborated (``component``
+        is then not elaborated again).
+    work_dir : Path or None
+        Yosys working directory (default ``build/synth/<name>``).
     """
-    work = WORK_DIR / name
+    yosys = _yosys()
+    if not Path(yosys).exists():
+        raise FileNotFoundError(f"Yosys not found: {yosys} does not exist (install the "
+                                "`synth` extra: pip install -e '.[synth]')")
+    work = Path(work_dir) if work_dir is not None else WORK_DIR / name
     work.mkdir(parents=True, exist_ok=True)
-    (work / f"{name}.v").write_text(verilog.convert(component, name=name, emit_src=False))
+    if verilog_text is None:
+        verilog_text = verilog.convert(component, name=name, emit_src=False)
+    (work / f"{name}.v").write_text(verilog_text)
     script = (f"read_verilog -sv {name}.v; "
               f"synth_xilinx -flatten -noiopad -noclkbuf -family {family} -top {name}; "
               "tee -q -o stat.json stat -json; tee -q -o stat.txt stat -tech xilinx")
     log(f"synthesising {name} with Yosys synth_xilinx -family {family} (log: {work}/yosys.log)")
     start = time.monotonic()
     # YoWASP cannot see absolute /tmp paths: run in the work directory with relative names.
-    result = subprocess.run([_yosys(), "-q", "-l", "yosys.log", "-p", script], cwd=work,
+    result = subprocess.run([yosys, "-q", "-l", "yosys.log", "-p", script], cwd=work,
                             capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"Yosys failed on {name} (exit {result.returncode}); see "

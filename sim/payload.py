@@ -37,11 +37,20 @@ def pack(layout: data.StructLayout, count: int | None = None, **fields) -> list[
         count = next(np.size(v) for v in fields.values() if np.ndim(v) > 0)
     words = [0] * count
     for name, offset, width in spec:
-        values = np.broadcast_to(np.asarray(fields[name]), (count,))
         mask = (1 << width) - 1
-        for index, value in enumerate(values.tolist()):
-            words[index] |= (int(value) & mask) << offset
+        for index, value in enumerate(_python_ints(name, fields[name], count)):
+            words[index] |= (value & mask) << offset
     return words
+
+
+def _python_ints(name: str, values, count: int) -> list[int]:
+    """``values`` as ``count`` exact Python ints (no detour through float64 for wide values)."""
+    if np.ndim(values) == 0:
+        return [int(values)] * count
+    items = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    if len(items) != count:
+        raise ValueError(f"payload field `{name}` has {len(items)} values, not {count}")
+    return [int(item) for item in items]
 
 
 def unpack(layout: data.StructLayout, words, *, signed: tuple[str, ...] = ()) -> dict:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from .harness import build_model, run_testbench
 
-__all__ = ["SimTarget", "UnknownTargetError", "discover_targets", "run_target", "target"]
+__all__ = ["SimTarget", "UnknownTargetError", "discover_targets", "run_target", "target",
+           "NotMeasured", "port_bytes", "MEASUREMENT_KEYS"]
 
 DEFAULT_SEED = 1
 
@@ -31,6 +32,15 @@ class SimTarget:
         Default testbench configuration (overridable per run).
     takes_case : bool
         Whether the testbench replays a case file (``CASE=``).
+    figures_config : dict
+        Configuration overrides for the short run behind ``python -m hw.build``'s latency and
+        initiation-interval figures (e.g. fewer vectors); empty: the default ``config``.
+    measure : callable or None
+        ``measure(point, *, seed, log_file) -> dict``: the cycle budget of one benchmark
+        contract point, measured in simulation (``make report``; see docs/contributing.md).
+        Returns ``cycles``, ``bytes_in``, ``bytes_out``, ``operations`` (and optionally
+        ``initiation_interval``, ``invocations``, ``ports``, ``notes``); raises
+        ``NotMeasured`` for a point outside the kernel's parameter range. None: no budget.
     """
 
     name: str
@@ -39,6 +49,8 @@ class SimTarget:
     testbench: str
     config: dict = field(default_factory=dict)
     takes_case: bool = False
+    figures_config: dict = field(default_factory=dict)
+    measure: Callable | None = None
 
 
 def discover_targets() -> dict[str, SimTarget]:
@@ -108,3 +120,21 @@ def run_target(name: str, *, seed: int | None = None, waves: bool = False,
     model = build_model(sim_target.make_dut(), name=name, waves=waves, log=log)
     return run_testbench(model, sim_target.testbench, config,
                          seed=DEFAULT_SEED if seed is None else seed, log_file=log_file)
+
+
+#: Keys every ``SimTarget.measure`` result has (all non-negative integers).
+MEASUREMENT_KEYS = ("cycles", "bytes_in", "bytes_out", "operations")
+
+
+class NotMeasured(Exception):
+    """Raised by ``SimTarget.measure`` for a contract point the kernel cannot run (the
+    message, e.g. "N = 100 needs `sort_width` 128", goes into the cycle budget sheet)."""
+
+
+def port_bytes(transfers: int, payload_bits: int) -> int:
+    """Bytes that ``transfers`` beats of a ``payload_bits``-wide port move: every beat counts
+    whole bytes (``ceil(payload_bits / 8)``), the convention of the cycle budget sheet.
+
+    In a cocotb testbench: ``port_bytes(len(sink.accepted_at), len(dut.o__payload))``.
+    """
+    return transfers * ((payload_bits + 7) // 8)

@@ -1,0 +1,239 @@
+"""``make report`` (``python -m hw.report``): the benchmark contract, the environment manifest
+and the cycle budget sheet, with fake measurements (the real kernels are not needed)."""
+
+import json
+
+import jsonschema
+import pytest
+
+import hw.report
+from boards import load_schema
+from sim.targets import NotMeasured, SimTarget, port_bytes
+
+OUTPUTS = ("benchmark_contract.md", "env_manifest.txt", "cycle_budget.json", "cycle_budget.md",
+           "cycle_budget.png")
+
+
+@pytest.fixture
+def isolated(tmp_path, monkeypatch, request):
+    """Logs under tmp_path; no simulation target anywhere (unless a test adds some); the
+    plot (a second or more) only in the tests that request ``with_plot``."""
+    monkeypatch.setattr(hw.report, "LOG_DIR", tmp_path / "logs")
+    if "with_plot" not in request.fixturenames:
+        monkeypatch.setattr(hw.report, "plot_budget",
+                            lambda sheet, path: path.write_bytes(b"\x89PNG stand-in"))
+    targets = {}
+
+    def find_sim_target(kernel):
+        if kernel in targets:
+            return targets[kernel], None
+        return None, f"no simulation target yet (sim/{kernel}/ does not exist)"
+
+    monkeypatch.setattr(hw.report, "find_sim_target", find_sim_target)
+    monkeypatch.setattr(hw.report, "_measured_outside_contract", lambda contract: [])
+    return targets
+
+
+def run(capsys, *args):
+    status = hw.report.main(list(args))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def validate(instance, name):
+    jsonschema.validate(instance, load_schema(name), cls=jsonschema.Draft202012Validator)
+
+
+def test_contract_has_the_operating_points_of_the_issue():
+    contract = hw.report.load_contract()
+    assert contract["clock_mhz"] == 300.0
+    assert contract["hidden_size"] == 4096
+    assert contract["hidden_dtype"] == "fp16" and contract["hidden_bytes"] == 2
+    assert contract["batch_sizes"] == [1, 8]
+    assert contract["vocab_sizes"] == [32000, 128256]
+    trees = {t["id"]: t for t in contract["trees"]}
+    assert (trees["eagle2"]["node_top_k"], trees["eagle2"]["depth"],
+            trees["eagle2"]["verify_num"]) == (10, 5, 60)
+    assert (trees["serving"]["node_top_k"], trees["serving"]["depth"],
+            trees["serving"]["verify_num"]) == (8, 5, 64)
+    assert (trees["small"]["node_top_k"], trees["small"]["verify_num"]) == (4, 8)
+    assert list(contract["kernels"]) == ["score", "update_state", "work_deltas", "tree_mask",
+                                         "logits_to_probas", "reject_sample", "verify_result",
+                                         "active_slots", "dataflow"]
+    points = hw.report.contract_points(contract)
+    assert len(points) == 12
+    assert points[0] == {
+        "id": "eagle2-b1-v32000", "tree": "eagle2",
+        "description": "paper-faithful EAGLE-2: top-k 10, depth 5, 60 tokens",
+        "node_top_k": 10, "tree_width": 10, "depth": 5, "verify_num": 60, "batch": 1,
+        "vocab": 32000, "hidden_size": 4096, "hidden_dtype": "fp16", "hidden_bytes": 2,
+        "clock_mhz": 300.0}
+    assert len({p["id"] for p in points}) == 12
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.replace("hidden_size = 4096", "hidden_size = -1"), "hidden_size"),
+    (lambda t: t.replace('hidden_dtype = "fp16"', 'hidden_dtype = "fp8"'), "hidden_dtype"),
+    (lambda t: t.replace("tree_width = 4", "tree_width = 5"), "tree_width exceeds node_top_k"),
+    (lambda t: t.replace('id = "small"', 'id = "serving"'), "duplicate id"),
+    (lambda t: t + "\nunknown_key = 1\n", "unknown_key"),
+    (lambda t: t.replace("[kernels]", "[kernels"), "cannot read"),
+])
+def test_invalid_contract_is_refused(tmp_path, capsys, isolated, edit, message):
+    broken = tmp_path / "contract.toml"
+    broken.write_text(edit(hw.report.CONTRACT.read_text()))
+    with pytest.raises(hw.report.FlowError, match=message):
+        hw.report.load_contract(broken)
+    status, _, stderr = run(capsys, "--contract", str(broken), "--out", str(tmp_path / "r"))
+    assert status == 1
+    assert "reading the benchmark contract failed" in stderr
+
+
+@pytest.fixture
+def with_plot():
+    """Requested by the tests that draw the real PNG."""
+
+
+def test_with_no_measurement_every_report_is_written_and_valid(tmp_path, capsys, with_plot,
+                                                               isolated):
+    out = tmp_path / "reports"
+    status, stdout, stderr = run(capsys, "--out", str(out))
+    assert status == 0, stderr
+    for name in OUTPUTS:
+        assert (out / name).stat().st_size > 0
+    assert "[1/14] reading the benchmark contract benchmarks/contract.toml ..." in stdout
+    assert "[14/14] plotting" in stdout
+    sheet = json.loads((out / "cycle_budget.json").read_text())
+    validate(sheet, "cycle_budget")
+    assert sheet["rows"] == []
+    assert [m["kernel"] for m in sheet["not_measured"]] == list(sheet["kernels"])
+    assert all(m["point"] is None and m["reason"] for m in sheet["not_measured"])
+    budget = (out / "cycle_budget.md").read_text()
+    assert "No measurements yet" in budget
+    assert "| score | all | no simulation target yet (sim/score/ does not exist) |" in budget
+    contract = (out / "benchmark_contract.md").read_text()
+    assert "| eagle2 | paper-faithful EAGLE-2: top-k 10, depth 5, 60 tokens | 10 | 10 | 5 | " \
+           "100 | 128 (§1 extension) | 60 |" in contract
+    assert "| small-b8-v128256 | small | 8 | 128,256 |" in contract
+    assert "`xcv80-lsva4737-2MHP-e-S`" in contract and "`xcu55c-fsvh2892-2L-e`" in contract
+    manifest = (out / "env_manifest.txt").read_text()
+    assert "git revision: " in manifest
+    assert "amaranth: 0.5.10" in manifest
+    assert "vivado: " in manifest
+    assert (out / "cycle_budget.png").read_bytes().startswith(b"\x89PNG")
+
+
+def _fake_target(measure):
+    return SimTarget(name="score", description="fake", make_dut=lambda: None,
+                     testbench="none", measure=measure)
+
+
+def _measure(point, *, seed, log_file):
+    """Deterministic stand-in: figures depend on the point only."""
+    assert seed == 1 and log_file.name == f"score-{point['id']}.log"
+    if point["node_top_k"] * point["tree_width"] > 64:
+        raise NotMeasured("N = 100 needs `sort_width` 128")
+    requests = point["batch"] * point["depth"]
+    beats_in = requests
+    return {
+        "cycles": 30 + requests,
+        "bytes_in": port_bytes(beats_in, 2342),
+        "bytes_out": port_bytes(requests, 4766) + port_bytes(
+            requests * point["node_top_k"] * point["hidden_size"] // 16, 258),
+        "operations": requests * point["node_top_k"] * point["tree_width"],
+        "initiation_interval": 1.0,
+        "invocations": requests,
+        "ports": {"requests": port_bytes(beats_in, 2342)},
+    }
+
+
+def test_measurements_make_rows_and_the_reruns_are_identical(tmp_path, capsys, with_plot,
+                                                             isolated):
+    isolated["score"] = _fake_target(_measure)
+    out = tmp_path / "reports"
+    status, stdout, stderr = run(capsys, "--out", str(out))
+    assert status == 0, stderr
+    first = {name: (out / name).read_bytes() for name in OUTPUTS}
+    sheet = json.loads(first["cycle_budget.json"])
+    validate(sheet, "cycle_budget")
+    assert len(sheet["rows"]) == 8  # the four eagle2 points need the 128-lane sort
+    row = next(r for r in sheet["rows"] if r["point"] == "serving-b8-v32000")
+    requests = 8 * 5
+    assert row["cycles"] == 30 + requests
+    assert row["microseconds"] == round((30 + requests) / 300, 4)
+    assert row["bytes_in"] == requests * 293
+    assert row["bytes_total"] == row["bytes_in"] + row["bytes_out"]
+    assert row["hbm_floor_us"] == round(row["bytes_total"] / 819e3, 4)
+    assert row["bound"] == ("hbm" if row["hbm_floor_us"] > row["microseconds"] else "cycles")
+    assert row["phase"] == "draft"
+    skipped = [m for m in sheet["not_measured"] if m["kernel"] == "score"]
+    assert [m["point"] for m in skipped] == ["eagle2-b1-v32000", "eagle2-b1-v128256",
+                                            "eagle2-b8-v32000", "eagle2-b8-v128256"]
+    assert skipped[0]["reason"] == "N = 100 needs `sort_width` 128"
+    budget = first["cycle_budget.md"].decode()
+    assert "| score | draft | serving-b8-v32000 | 11,720 |" in budget
+    assert "8 of 12 points measured" in stdout
+
+    status, _, stderr = run(capsys, "--out", str(out))
+    assert status == 0, stderr
+    assert {name: (out / name).read_bytes() for name in OUTPUTS} == first
+
+
+def test_selected_kernel_only(tmp_path, capsys, isolated):
+    isolated["score"] = _fake_target(_measure)
+    status, stdout, _ = run(capsys, "--out", str(tmp_path), "--kernel", "score")
+    assert status == 0
+    assert "[5/6] writing the cycle budget sheet" in stdout
+    sheet = json.loads((tmp_path / "cycle_budget.json").read_text())
+    assert {m["reason"] for m in sheet["not_measured"] if m["kernel"] != "score"} == {
+        "not selected (--kernel)"}
+
+
+def test_unknown_kernel_is_an_argument_error(tmp_path, capsys, isolated):
+    status, _, stderr = run(capsys, "--out", str(tmp_path), "--kernel", "sort")
+    assert status == 2
+    assert "kernel sort is not in the contract's [kernels] table" in stderr
+
+
+def test_invalid_measurement_names_kernel_and_point(tmp_path, capsys, isolated):
+    isolated["score"] = _fake_target(lambda point, **_: {"cycles": -1, "bytes_in": 0})
+    status, _, stderr = run(capsys, "--out", str(tmp_path))
+    assert status == 1
+    assert "kernel `score`: measure() at point eagle2-b1-v32000 returned an invalid " \
+           "measurement" in stderr
+    assert "'bytes_out' is a required property" in stderr
+
+
+def test_failing_measurement_fails_the_step(tmp_path, capsys, isolated):
+    def measure(point, **_):
+        raise RuntimeError("cocotb test failed")
+
+    isolated["score"] = _fake_target(measure)
+    status, _, stderr = run(capsys, "--out", str(tmp_path))
+    assert status == 1
+    assert "error: step [4/14] measuring score (draft) at 12 contract points failed: " \
+           "measuring kernel `score` at point eagle2-b1-v32000 failed: RuntimeError: cocotb " \
+           "test failed" in stderr
+
+
+def test_target_without_measure_is_listed(tmp_path, capsys, isolated):
+    isolated["score"] = _fake_target(None)
+    status, _, _ = run(capsys, "--out", str(tmp_path))
+    assert status == 0
+    sheet = json.loads((tmp_path / "cycle_budget.json").read_text())
+    assert sheet["not_measured"][0] == {
+        "kernel": "score", "point": None,
+        "reason": "simulation target `score` has no measure() yet"}
+
+
+def test_port_bytes_counts_whole_bytes_per_beat():
+    assert port_bytes(0, 32) == 0
+    assert port_bytes(3, 32) == 12
+    assert port_bytes(2, 33) == 10
+    assert port_bytes(1, 1) == 1
+
+
+def test_targets_with_measure_outside_the_contract_are_found():
+    contract = hw.report.load_contract()
+    # The float32 cores' targets have no measure(): nothing outside the contract.
+    assert hw.report._measured_outside_contract(contract) == []
