@@ -1,0 +1,753 @@
+"""K2 ``update_cumu_draft_state`` (docs/kernels.md §3) as a streaming hardware kernel.
+
+The cumulative draft tree of every request slot lives on chip, in memories addressed by
+``{slot, index}``; one request (one depth of one draft round) arrives as a packet of ``N = W*K``
+beats, is applied in place exactly as §3 says, and is acknowledged on ``done``. A host port
+loads and dumps every state buffer element by element, so that tests (and a host driver) can
+compare whole ABI buffers, sentinels included, with the golden model.
+
+Storage (per slot ``s``; every integer buffer is stored as a two's-complement signed value and
+returned sign-extended, so any loaded value that fits the storage width round-trips exactly —
+the -777 / -3 / -2 / -1 sentinels of the CUDA capture included):
+
+====================  ===========================  ============================================
+buffer                memory (depth)               word
+====================  ===========================  ============================================
+cumu_tokens,          ``node`` (B*MAXN)            ``{tok: signed(token_width), score: 32,
+cumu_scores,                                       delta, prev, side: signed(index_width)}``
+cumu_deltas,
+prev_indexs,
+side_indexs
+next_indexs           ``next`` (B*MAXN)            ``signed(index_width)`` (written by appends
+                                                   *and* by the first-child links)
+output_scores         ``out_score`` (B*K)          float32 bits
+output_tokens         ``out_token`` (B*K)          ``signed(token_width)``
+output_tree_mask      ``out_mask`` (B*K)           one row of ``MI+1`` bits (bit ``j`` = column
+                                                   ``j``)
+work_scores           ``work`` (B*(MAXV+K))        float32 bits
+sort_scores           ``sort`` (B*MAXV)            float32 bits
+====================  ===========================  ============================================
+
+Request schedule (one request at a time). The header beat is latched without being consumed
+(IDLE), the derived values (``v = clamp(verify_num, 1, MAXV)``, ``ws0``, ``ws1``, the number of
+appends that fit, slot base addresses, the mask-column thermometer code) are registered in one
+SETUP clock, then every engine below runs concurrently (RUN) until all are done, and ``done`` is
+offered (DONE):
+
+* **Receive / append**, one beat per clock, no internal back-pressure: beat ``t`` stores
+  ``sorted_scores[t]`` and ``topk_tokens[t]`` in per-request buffers, writes
+  ``output_scores[t]`` (``t < K``), ``next_indexs[g] = -1`` (``g = cumu_count + t < MAXN``),
+  and sends ``topk_probas[t]`` through ``Float32Multiply`` (times ``0.9999f``, ``0x3F7FF972``);
+  4 clocks later the node word ``{topk_tokens[t], product, curr_depth, topk_indexs[t div K],
+  side}`` is written at ``g`` (``side = -1`` if ``t mod K == K-1`` else ``g + 1``). Appends at
+  ``g >= MAXN`` are dropped and counted.
+* **First-child links**, after the last beat (they must follow the appends' ``next = -1``
+  writes: §3 step 4 after step 3, which matters when a parent lies in the appended range):
+  ``W`` clocks, ``next_indexs[p] = cumu_count + w*K`` in ascending ``w`` for ``0 <= p < MAXN``
+  (duplicate parents: the last write wins, as docs/decisions.md says).
+* **Copy**: ``work_scores[0..ws0-1] = sort_scores[0..ws0-1]``, then
+  ``work_scores[ws0+i] = output_scores[i]`` for ``i < K`` as the beats arrive, one per clock.
+* **Merge**: a streaming two-pointer merge, one output per clock, of ``A`` (read back from
+  ``work_scores``: the copy made before ``sort_scores`` is overwritten is the separate buffer
+  that makes the in-place merge correct) and ``C`` (the ``sorted_scores`` buffer, consumed as
+  the beats arrive), taking ``A`` when ``A >= C`` (IEEE-754 via ``float32_less`` and
+  ``float32_equal``: ``+0.0 == -0.0``, a NaN on either side takes ``C``, like numpy), writing
+  ``sort_scores[0..ws1-1]``. Output ``o < ws0`` waits until the copy has read
+  ``sort_scores[o]`` (it always has: the copy starts first and never stalls).
+* **Output tokens**: ``output_tokens[i] = topk_tokens[sorted_indexs[i]]``, one lookup per clock,
+  out of order (lowest ready ``i`` first) as soon as ``sorted_indexs[i]`` and the token it
+  names have arrived.
+* **Mask rows**, in order ``i = 0..K-1`` once ``parent_indexs[i]`` and that parent's row have
+  arrived: ``output_tree_mask[i, j] = input_tree_mask[parent_indexs[i], j]`` for
+  ``j < input_count-1``, a read-modify-write that keeps columns ``>= input_count-1``.
+
+Cycles per request without idle input and with ``done`` accepted at once, first beat offered to
+``done`` accepted (measured; ``N = W*K``): ``4..5 + max(N + W, N + 3, ws0 + K + 1, ws1 + 3)``;
+77 back to back at ``K = 8, W = 8, verify_num = 64`` (``N + W = 72`` dominates).
+
+Host port protocol: every command on ``host_cmd`` is answered by exactly one ``host_rsp`` in
+order (a write's answer is all zeros; so is a read outside the buffer or of a slot
+``>= max_batch``, whose writes are ignored). Host commands are served only between requests
+and take priority over a waiting request; a host must wait for the answers of its loads before
+it sends the request that depends on them, and for ``done`` before it dumps.
+
+Request framing: the header fields are taken from the beat marked ``first`` (beats before a
+``first`` beat are discarded); exactly ``N = tree_width * K`` beats follow, counting the first.
+A ``first``/``last`` marker in the wrong place sets ``framing_error`` in the ``done`` record. A
+request with ``slot >= max_batch`` or ``tree_width`` outside ``1..max_tree_width`` is consumed
+(``N`` beats with ``tree_width`` clamped into range) without any write, ``refused`` set.
+``sorted_indexs >= N`` or ``parent_indexs >= tree_width`` are outside the contract (the host API
+refuses them); the hardware then copies unspecified data but never hangs.
+"""
+
+import enum
+from dataclasses import dataclass
+from functools import cached_property
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from hw.lib.float32 import Float32Multiply, float32_equal, float32_less
+from hw.lib.pipeline import stage
+from hw.lib.stream import packet_layout, stalling_handshake
+
+__all__ = ["CUMU_SCORE_SCALE_BITS", "Region", "UpdateStateParams", "UpdateCumuDraftState",
+           "synthesis_configuration"]
+
+# 0.9999f: every appended score is topk_probas * this constant, one float32 multiply.
+CUMU_SCORE_SCALE_BITS = 0x3F7F_F972
+MAX_NODE_TOP_K = 16
+MAX_CANDIDATES = 128
+
+
+class Region(enum.IntEnum):
+    """Buffer groups of the host port (``host_cmd.region``) and the fields each one uses."""
+
+    #: ``index < MAXN``: ``tok``/``score``/``delta``/``prev``/``next``/``side`` =
+    #: ``cumu_tokens``/``cumu_scores``/``cumu_deltas``/``prev_indexs``/``next_indexs``/
+    #: ``side_indexs``.
+    NODE = 0
+    #: ``index < K``: ``score`` = ``output_scores``, ``tok`` = ``output_tokens``, ``mask`` =
+    #: row ``index`` of ``output_tree_mask``.
+    OUTPUT = 1
+    #: ``index < MAXV + K``: ``score`` = ``work_scores``.
+    WORK = 2
+    #: ``index < MAXV``: ``score`` = ``sort_scores``.
+    SORT = 3
+
+
+def _check_int(name, value, lo, hi=None, *, hi_name=None, lo_name=None):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"`{name}` must be an integer, not {value!r}")
+    lo_text = lo_name if lo_name is not None else str(lo)
+    hi_text = hi_name if hi_name is not None else str(hi)
+    if hi is None and value < lo:
+        raise ValueError(f"`{name}` must be at least {lo_text}, not {value}")
+    if hi is not None and not lo <= value <= hi:
+        raise ValueError(f"`{name}` must be between {lo_text} and {hi_text}, not {value}")
+    return value
+
+
+def _bits(count):
+    """Unsigned width holding ``0 .. count - 1`` (at least 1 bit)."""
+    return max(1, (count - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class UpdateStateParams:
+    """Validated compile-time parameters of :class:`UpdateCumuDraftState` and derived layouts.
+
+    The fields are the component's parameters (see its docstring). The class is usable without
+    building hardware, e.g. by a cocotb testbench or a host driver that needs the stream
+    layouts.
+    """
+
+    node_top_k: int = 8
+    max_tree_width: int = 8
+    max_node_count: int = 1024
+    max_verify_num: int = 64
+    max_input_size: int = 64
+    max_batch: int = 2
+    token_width: int = 32
+    index_width: int = 32
+
+    def __post_init__(self):
+        k = _check_int("node_top_k", self.node_top_k, 1, MAX_NODE_TOP_K)
+        w = _check_int("max_tree_width", self.max_tree_width, 1, k, hi_name="`node_top_k`")
+        if k * w > MAX_CANDIDATES:
+            raise ValueError(f"`node_top_k` * `max_tree_width` must be at most {MAX_CANDIDATES}, "
+                             f"not {k * w}")
+        maxn = _check_int("max_node_count", self.max_node_count, 1)
+        _check_int("max_verify_num", self.max_verify_num, 1)
+        _check_int("max_input_size", self.max_input_size, 0)
+        _check_int("max_batch", self.max_batch, 1)
+        _check_int("token_width", self.token_width, 2, 64)
+        # Links reach start + N - 1 <= MAXN + N - 1 in a normal round; keep room for the sign.
+        min_index = (maxn + k * w).bit_length() + 1
+        _check_int("index_width", self.index_width, min_index, 64,
+                   lo_name=f"{min_index} (to hold `max_node_count` + N and a sign)")
+
+    # --- derived sizes ------------------------------------------------------------------------
+
+    @property
+    def max_candidates(self):
+        """``N`` at ``max_tree_width``: the depth of the per-request candidate buffers."""
+        return self.node_top_k * self.max_tree_width
+
+    @property
+    def work_size(self):
+        """Elements of one ``work_scores`` row: ``MAXV + K``."""
+        return self.max_verify_num + self.node_top_k
+
+    @property
+    def mask_row_width(self):
+        """Bits of one ``output_tree_mask`` row: ``MI + 1``."""
+        return self.max_input_size + 1
+
+    @property
+    def input_mask_width(self):
+        """Bits of one ``input_tree_mask`` row in a request beat: ``MI`` (at least 1)."""
+        return max(1, self.max_input_size)
+
+    @property
+    def max_count(self):
+        """Largest ``cumu_count``/``curr_depth`` a request can carry: ``2**(index_width-1)-1``."""
+        return (1 << (self.index_width - 1)) - 1
+
+    def region_size(self, region):
+        """Number of elements (or mask rows) of ``region`` per slot."""
+        return {Region.NODE: self.max_node_count, Region.OUTPUT: self.node_top_k,
+                Region.WORK: self.work_size, Region.SORT: self.max_verify_num}[Region(region)]
+
+    # --- stream layouts -----------------------------------------------------------------------
+
+    def _data_fields(self):
+        return {
+            "tok": signed(self.token_width),
+            "score": unsigned(32),
+            "delta": signed(self.index_width),
+            "prev": signed(self.index_width),
+            "next": signed(self.index_width),
+            "side": signed(self.index_width),
+            "mask": unsigned(self.mask_row_width),
+        }
+
+    @cached_property
+    def request_layout(self):
+        """One beat ``t`` of a request packet (header fields are read on the ``first`` beat)."""
+        return packet_layout({
+            # header
+            "slot": unsigned(_bits(self.max_batch)),
+            "tree_width": unsigned(self.max_tree_width.bit_length()),
+            "input_count": unsigned((self.max_input_size + 1).bit_length()),
+            "cumu_count": unsigned(self.index_width - 1),
+            "verify_num": signed(32),
+            "curr_depth": unsigned(self.index_width - 1),
+            # candidate t
+            "proba": unsigned(32),
+            "token": signed(self.token_width),
+            "sorted_score": unsigned(32),
+            "sorted_index": unsigned(_bits(self.max_candidates)),
+            # t < K
+            "parent_index": unsigned(_bits(self.max_tree_width)),
+            # t < W
+            "topk_index": signed(self.index_width),
+            "mask": unsigned(self.input_mask_width),
+        })
+
+    @cached_property
+    def done_layout(self):
+        """The acknowledgement of one request."""
+        return data.StructLayout({
+            "slot": unsigned(_bits(self.max_batch)),
+            "dropped": unsigned(self.max_candidates.bit_length()),
+            "framing_error": 1,
+            "refused": 1,
+        })
+
+    @cached_property
+    def host_command_layout(self):
+        """A host-port command: read or write one element (one mask row) of a slot."""
+        index_count = max(self.max_node_count, self.work_size, self.max_verify_num)
+        return data.StructLayout({
+            "write": 1,
+            "region": unsigned(2),
+            "slot": unsigned(_bits(self.max_batch)),
+            "index": unsigned(_bits(index_count)),
+            **self._data_fields(),
+        })
+
+    @cached_property
+    def host_response_layout(self):
+        """The answer to one host command (the element read; zeros for a write)."""
+        return data.StructLayout(self._data_fields())
+
+
+def _select(m, index, values, *, name):
+    """``values[index]`` as a combinational multiplexer (``values``: same-shape values)."""
+    out = Signal.like(values[0], name=name)
+    with m.Switch(index):
+        for position, value in enumerate(values):
+            with m.Case(position):
+                m.d.comb += out.eq(value)
+    return out
+
+
+class UpdateCumuDraftState(wiring.Component):
+    """K2 ``update_cumu_draft_state`` with the cumulative tree state held on chip.
+
+    Parameters
+    ----------
+    node_top_k : int
+        ``K``, children per expanded node, 1..16 (compile time).
+    max_tree_width : int
+        Largest ``W`` a request may use, 1..``node_top_k``, with ``K * max_tree_width <= 128``.
+    max_node_count : int
+        ``MAXN``: nodes per request slot (>= 1).
+    max_verify_num : int
+        ``MAXV``: ``sort_scores`` length; ``work_scores`` holds ``MAXV + K`` (>= 1).
+    max_input_size : int
+        ``MI``: ``output_tree_mask`` rows have ``MI + 1`` columns (>= 0).
+    max_batch : int
+        Request slots whose state is held on chip (>= 1).
+    token_width : int
+        Stored token width, signed two's complement, 2..64 (tokens and loaded values outside
+        ``[-2**(w-1), 2**(w-1))`` do not round-trip; the host driver refuses them).
+    index_width : int
+        Stored width of ``cumu_deltas`` and the links, signed, up to 64 and at least
+        ``bit_length(MAXN + K*max_tree_width) + 1``. ``cumu_count`` and ``curr_depth`` are
+        carried in ``index_width - 1`` bits; ``cumu_count + N`` must stay below
+        ``2**(index_width-1)``.
+
+    Members
+    -------
+    req : In(stream.Signature(params.request_layout))
+        Request packets: ``N = tree_width * K`` beats, beat ``t`` carrying candidate ``t``
+        (``proba`` = ``topk_probas``, ``token``, ``sorted_score``, ``sorted_index``),
+        ``parent_index`` (``parent_indexs[t]``, read for ``t < K``), ``topk_index`` and
+        ``mask`` (``topk_indexs[t]`` and ``input_tree_mask`` row ``t``, bit ``j`` = column
+        ``j``, read for ``t < W``); the header (``slot``, ``tree_width``, ``input_count``,
+        ``cumu_count``, ``verify_num`` (any int32, clamped to ``1..MAXV``), ``curr_depth``) is
+        read from the ``first`` beat.
+    done : Out(stream.Signature(params.done_layout))
+        One record per request once every write is done: ``slot``, ``dropped`` (appends at
+        slots ``>= MAXN``: the node-budget overflow report), ``framing_error``, ``refused``.
+    host_cmd : In(stream.Signature(params.host_command_layout))
+        ``{write, region, slot, index, tok, score, delta, prev, next, side, mask}``: read or
+        write one element of a slot (see :class:`Region` for the fields each region uses).
+    host_rsp : Out(stream.Signature(params.host_response_layout))
+        One answer per command, in order.
+    """
+
+    def __init__(self, *, node_top_k=8, max_tree_width=8, max_node_count=1024,
+                 max_verify_num=64, max_input_size=64, max_batch=2, token_width=32,
+                 index_width=32):
+        self._params = UpdateStateParams(
+            node_top_k=node_top_k, max_tree_width=max_tree_width,
+            max_node_count=max_node_count, max_verify_num=max_verify_num,
+            max_input_size=max_input_size, max_batch=max_batch, token_width=token_width,
+            index_width=index_width)
+        p = self._params
+        super().__init__({
+            "req": In(stream.Signature(p.request_layout)),
+            "done": Out(stream.Signature(p.done_layout)),
+            "host_cmd": In(stream.Signature(p.host_command_layout)),
+            "host_rsp": Out(stream.Signature(p.host_response_layout)),
+        })
+
+    params = property(lambda self: self._params)
+    node_top_k = property(lambda self: self._params.node_top_k)
+    max_tree_width = property(lambda self: self._params.max_tree_width)
+    max_node_count = property(lambda self: self._params.max_node_count)
+    max_verify_num = property(lambda self: self._params.max_verify_num)
+    max_input_size = property(lambda self: self._params.max_input_size)
+    max_batch = property(lambda self: self._params.max_batch)
+    token_width = property(lambda self: self._params.token_width)
+    index_width = property(lambda self: self._params.index_width)
+
+    def elaborate(self, platform):
+        p = self._params
+        K, WM, NM = p.node_top_k, p.max_tree_width, p.max_candidates
+        MAXN, MAXV, B = p.max_node_count, p.max_verify_num, p.max_batch
+        TW, IW, ROW = p.token_width, p.index_width, p.mask_row_width
+        WS = p.work_size
+        m = Module()
+
+        # --- state memories ---------------------------------------------------------------
+        node_layout = data.StructLayout({"tok": signed(TW), "score": unsigned(32),
+                                         "delta": signed(IW), "prev": signed(IW),
+                                         "side": signed(IW)})
+        mems = {
+            "node": Memory(shape=node_layout, depth=B * MAXN, init=[]),
+            "next": Memory(shape=signed(IW), depth=B * MAXN, init=[]),
+            "out_score": Memory(shape=unsigned(32), depth=B * K, init=[]),
+            "out_token": Memory(shape=signed(TW), depth=B * K, init=[]),
+            "out_mask": Memory(shape=unsigned(ROW), depth=B * K, init=[]),
+            "work": Memory(shape=unsigned(32), depth=B * WS, init=[]),
+            "sort": Memory(shape=unsigned(32), depth=B * MAXV, init=[]),
+            # per-request buffers
+            "cand_score": Memory(shape=unsigned(32), depth=NM, init=[]),
+            "cand_token": Memory(shape=signed(TW), depth=NM, init=[]),
+            "in_mask": Memory(shape=unsigned(p.input_mask_width), depth=WM, init=[]),
+        }
+        rd, wr = {}, {}
+        for name, mem in mems.items():
+            m.submodules[f"{name}_mem"] = mem
+            rd[name] = mem.read_port()
+            wr[name] = mem.write_port()
+
+        # --- host port (served in IDLE only) -----------------------------------------------
+        cmd = self.host_cmd.payload
+        host_open = Signal()  # IDLE and no request being started
+        gated = stream.Signature(p.host_command_layout).create(path=("host_gated",))
+        m.d.comb += [
+            gated.valid.eq(self.host_cmd.valid & host_open),
+            gated.payload.eq(cmd),
+            self.host_cmd.ready.eq(gated.ready & host_open),
+        ]
+        host_en = stalling_handshake(m, latency=1, source=gated, sink=self.host_rsp)
+        host_accept = gated.valid & gated.ready
+        slot_ok = cmd.slot < B
+        region_ok = Signal()
+        with m.Switch(cmd.region):
+            for region in Region:
+                with m.Case(region):
+                    m.d.comb += region_ok.eq(cmd.index < p.region_size(region))
+        host_ok = slot_ok & region_ok
+        host_addr = {
+            Region.NODE: cmd.slot * MAXN + cmd.index,
+            Region.OUTPUT: cmd.slot * K + cmd.index,
+            Region.WORK: cmd.slot * WS + cmd.index,
+            Region.SORT: cmd.slot * MAXV + cmd.index,
+        }
+        host_write = {region: host_accept & cmd.write & host_ok & (cmd.region == region)
+                      for region in Region}
+        rsp_region = stage(m, host_en, cmd.region, name="rsp_region")
+        rsp_zero = stage(m, host_en, cmd.write | ~host_ok, name="rsp_zero")
+
+        rsp = self.host_rsp.payload
+        with m.If(~rsp_zero):
+            with m.Switch(rsp_region):
+                with m.Case(Region.NODE):
+                    node = rd["node"].data
+                    m.d.comb += [rsp.tok.eq(node.tok), rsp.score.eq(node.score),
+                                 rsp.delta.eq(node.delta), rsp.prev.eq(node.prev),
+                                 rsp.side.eq(node.side), rsp.next.eq(rd["next"].data)]
+                with m.Case(Region.OUTPUT):
+                    m.d.comb += [rsp.tok.eq(rd["out_token"].data),
+                                 rsp.score.eq(rd["out_score"].data),
+                                 rsp.mask.eq(rd["out_mask"].data)]
+                with m.Case(Region.WORK):
+                    m.d.comb += rsp.score.eq(rd["work"].data)
+                with m.Case(Region.SORT):
+                    m.d.comb += rsp.score.eq(rd["sort"].data)
+
+        # --- request header ----------------------------------------------------------------
+        req = self.req.payload
+        slot = Signal.like(req.slot, name="slot")
+        width = Signal(range(WM + 1), name="tree_width")
+        input_count = Signal.like(req.input_count, name="input_count")
+        start = Signal(IW - 1, name="start")           # cumu_count
+        verify_num = Signal(signed(32), name="verify_num")
+        depth = Signal(IW - 1, name="curr_depth")
+        refused = Signal()
+        framing_error = Signal()
+
+        # Derived per-request values (registered in SETUP).
+        n = Signal(range(NM + 1), name="n")
+        ws0 = Signal(range(MAXV + 1), name="ws0")
+        ws1 = Signal(range(MAXV + 1), name="ws1")
+        fit = Signal(range(NM + 1), name="fit")
+        column_mask = Signal(ROW, name="column_mask")
+        node_base = Signal(range(B * MAXN), name="node_base")
+        out_base = Signal(range(B * K), name="out_base")
+        work_base = Signal(range(B * WS), name="work_base")
+        sort_base = Signal(range(B * MAXV), name="sort_base")
+        write_ok = ~refused                            # every state write is gated by it
+
+        # --- engine state ------------------------------------------------------------------
+        t = Signal(range(NM + 1), name="beats")       # beats received
+        beat_w = Signal(range(WM), name="beat_w")     # t div K
+        beat_k = Signal(range(K), name="beat_k")      # t mod K
+        g = Signal(IW, name="g")                      # start + t
+        append_addr = Signal(range(B * MAXN + 1), name="append_addr")
+        rx_done = Signal(name="rx_done")
+        topk = [Signal(signed(IW), name=f"topk_index_{i}") for i in range(WM)]
+        sorted_index = [Signal.like(req.sorted_index, name=f"sorted_index_{i}")
+                        for i in range(K)]
+        parent = [Signal.like(req.parent_index, name=f"parent_index_{i}") for i in range(K)]
+
+        link_w = Signal(range(WM + 1), name="link_w")
+        link_value = Signal(IW, name="link_value")
+        tok_issued = Signal(K, name="token_issued")  # lookups done, one bit per output i
+        tok_pending = Signal(name="token_pending")
+        tok_addr = Signal(range(B * K), name="token_addr")
+        mask_i = Signal(range(K + 1), name="mask_i")
+        mask_pending = Signal(name="mask_pending")
+        mask_addr = Signal(range(B * K), name="mask_addr")
+        copy_x = Signal(range(MAXV + K + 1), name="copy_x")          # work elements issued
+        copy_i = Signal(range(K + 1), name="copy_i")                 # of which outputs
+        copy_pending = Signal(name="copy_pending")
+        copy_from_output = Signal(name="copy_from_output")
+        copy_addr = Signal(range(B * WS), name="copy_addr")
+        copied = Signal(range(MAXV + K + 1), name="copied")           # work elements written
+        a_read = Signal(range(MAXV + 1), name="a_read")
+        a_taken = Signal(range(MAXV + 1), name="a_taken")
+        a_head_valid = Signal(name="a_head_valid")
+        c_read = Signal(range(NM + 1), name="c_read")
+        c_taken = Signal(range(NM + 1), name="c_taken")
+        c_head_valid = Signal(name="c_head_valid")
+        merged = Signal(range(MAXV + 1), name="merged")
+
+        m.submodules.scale = mul = Float32Multiply()
+        m.d.comb += [mul.en.eq(1), mul.b.eq(CUMU_SCORE_SCALE_BITS), mul.a.eq(req.proba)]
+
+        beat = Signal()
+        running = Signal()
+        finished = Signal()
+
+        # --- control -----------------------------------------------------------------------
+        with m.FSM(name="control"):
+            with m.State("IDLE"):
+                with m.If(self.host_cmd.valid):
+                    m.d.comb += host_open.eq(1)
+                with m.Elif(self.req.valid & ~self.host_rsp.valid):
+                    # Header beats are latched without being consumed; stray beats are dropped.
+                    m.d.comb += self.req.ready.eq(~req.first)
+                    with m.If(req.first):
+                        clamped_width = Mux(req.tree_width > WM, WM,
+                                            Mux(req.tree_width == 0, 1, req.tree_width))
+                        m.d.sync += [
+                            slot.eq(req.slot), width.eq(clamped_width),
+                            input_count.eq(req.input_count), start.eq(req.cumu_count),
+                            verify_num.eq(req.verify_num), depth.eq(req.curr_depth),
+                            refused.eq((req.slot >= B) | (req.tree_width == 0)
+                                       | (req.tree_width > WM)),
+                            framing_error.eq(0),
+                        ]
+                        m.next = "SETUP"
+                with m.Else():
+                    m.d.comb += host_open.eq(1)
+
+            with m.State("SETUP"):
+                count = width * K
+                clamped = Signal(range(MAXV + 1), name="v")  # clamp(verify_num, 1, MAXV)
+                m.d.comb += clamped.eq(
+                    Mux(verify_num < 1, 1, Mux(verify_num > MAXV, MAXV, verify_num)))
+                m.d.sync += [
+                    n.eq(count),
+                    ws0.eq(Mux(start < clamped, start, clamped)),
+                    ws1.eq(Mux(start + count < clamped, start + count, clamped)),
+                    fit.eq(Mux(start >= MAXN, 0,
+                               Mux(MAXN - start > count, count, MAXN - start))),
+                    node_base.eq(slot * MAXN),
+                    append_addr.eq(slot * MAXN + start[:max(1, (MAXN - 1).bit_length())]),
+                    out_base.eq(slot * K),
+                    work_base.eq(slot * WS),
+                    sort_base.eq(slot * MAXV),
+                    # Thermometer code: bit j set iff j < input_count - 1.
+                    column_mask.eq(Cat(*(input_count > j + 1 for j in range(ROW)))),
+                    g.eq(start),
+                    t.eq(0), beat_w.eq(0), beat_k.eq(0), rx_done.eq(0),
+                    link_w.eq(0), link_value.eq(start),
+                    tok_issued.eq(0), mask_i.eq(0), copy_x.eq(0), copy_i.eq(0), copied.eq(0),
+                    a_read.eq(0), a_taken.eq(0), a_head_valid.eq(0),
+                    c_read.eq(0), c_taken.eq(0), c_head_valid.eq(0), merged.eq(0),
+                ]
+                m.next = "RUN"
+
+            with m.State("RUN"):
+                m.d.comb += running.eq(1)
+                with m.If(finished):
+                    m.next = "DONE"
+
+            with m.State("DONE"):
+                m.d.comb += [
+                    self.done.valid.eq(1),
+                    self.done.payload.slot.eq(slot),
+                    self.done.payload.dropped.eq(n - fit),
+                    self.done.payload.framing_error.eq(framing_error),
+                    self.done.payload.refused.eq(refused),
+                ]
+                with m.If(self.done.ready):
+                    m.next = "IDLE"
+
+        # --- receive / append ---------------------------------------------------------------
+        m.d.comb += beat.eq(running & ~rx_done & self.req.valid)
+        with m.If(running & ~rx_done):
+            m.d.comb += self.req.ready.eq(1)
+
+        in_fit = t < fit
+        prev_now = Mux(beat_w == t, req.topk_index, _select(m, beat_w, topk, name="topk_sel"))
+        side_now = Mux(beat_k == K - 1, -1, (g + 1)[:IW])
+        append_valid = beat & in_fit & write_ok
+        # Side band of the multiply: registers with the core's (always-on) clock enable.
+        always = Const(1)
+        s_valid, s_addr, s_tok, s_prev, s_side = (
+            append_valid, append_addr, req.token, prev_now, side_now)
+        in_flight = []
+        for index in range(1, Float32Multiply.latency + 1):
+            s_valid = stage(m, always, s_valid, name=f"append{index}_valid")
+            s_addr = stage(m, always, s_addr, name=f"append{index}_addr")
+            s_tok = stage(m, always, s_tok, name=f"append{index}_tok")
+            s_prev = stage(m, always, s_prev, name=f"append{index}_prev")
+            s_side = stage(m, always, s_side, name=f"append{index}_side")
+            in_flight.append(s_valid)
+        append_busy = Cat(*in_flight).any()
+
+        with m.If(beat):
+            m.d.sync += [
+                t.eq(t + 1), g.eq(g + 1),
+                rx_done.eq(t + 1 == n),
+                framing_error.eq(framing_error | (req.first != (t == 0))
+                                 | (req.last != (t + 1 == n))),
+            ]
+            with m.If(beat_k == K - 1):
+                m.d.sync += [beat_k.eq(0), beat_w.eq(beat_w + 1)]
+            with m.Else():
+                m.d.sync += beat_k.eq(beat_k + 1)
+            with m.If(in_fit):
+                m.d.sync += append_addr.eq(append_addr + 1)
+            for i in range(K):
+                with m.If(t == i):
+                    m.d.sync += [sorted_index[i].eq(req.sorted_index),
+                                 parent[i].eq(req.parent_index)]
+            for i in range(WM):
+                with m.If(t == i):
+                    m.d.sync += topk[i].eq(req.topk_index)
+        m.d.comb += [
+            wr["cand_score"].addr.eq(t), wr["cand_score"].data.eq(req.sorted_score),
+            wr["cand_score"].en.eq(beat),
+            wr["cand_token"].addr.eq(t), wr["cand_token"].data.eq(req.token),
+            wr["cand_token"].en.eq(beat),
+            wr["in_mask"].addr.eq(t), wr["in_mask"].data.eq(req.mask),
+            wr["in_mask"].en.eq(beat & (t < width)),
+        ]
+
+        # --- first-child links (after the last beat) ----------------------------------------
+        link_parent = _select(m, link_w, topk, name="link_parent")
+        link_go = running & rx_done & (link_w < width)
+        links_done = rx_done & (link_w == width)
+        with m.If(link_go):
+            m.d.sync += [link_w.eq(link_w + 1), link_value.eq(link_value + K)]
+
+        # --- output tokens: output_tokens[i] = topk_tokens[sorted_indexs[i]] -----------------
+        # Out of order: each clock the lowest i whose sorted index and token have arrived.
+        tok_ready = Cat(*(~tok_issued[i] & (t > i) & ((sorted_index[i] < t) | rx_done)
+                          for i in range(K)))
+        tok_pick = Signal(range(K), name="token_pick")
+        for i in reversed(range(K)):
+            with m.If(tok_ready[i]):
+                m.d.comb += tok_pick.eq(i)
+        tok_issue = running & tok_ready.any()
+        tok_index = _select(m, tok_pick, sorted_index, name="token_index")
+        m.d.comb += [rd["cand_token"].addr.eq(tok_index), rd["cand_token"].en.eq(tok_issue)]
+        m.d.sync += [tok_pending.eq(tok_issue), tok_addr.eq(out_base + tok_pick)]
+        with m.If(tok_issue):
+            m.d.sync += tok_issued.eq(tok_issued | (1 << tok_pick)[:K])
+        tokens_done = tok_issued.all() & ~tok_pending
+
+        # --- mask rows: read-modify-write keeping columns >= input_count - 1 -----------------
+        mask_parent = _select(m, mask_i, parent + [parent[0]], name="mask_parent")
+        mask_issue = running & (mask_i < K) & (mask_i < t) & ((mask_parent < t) | rx_done)
+        m.d.sync += [mask_pending.eq(mask_issue), mask_addr.eq(out_base + mask_i)]
+        with m.If(mask_issue):
+            m.d.sync += mask_i.eq(mask_i + 1)
+        masks_done = (mask_i == K) & ~mask_pending
+        new_row = ((rd["in_mask"].data & column_mask)
+                   | (rd["out_mask"].data & ~column_mask))[:ROW]
+
+        # --- work_scores: old sort_scores[0..ws0-1], then output_scores[0..K-1] --------------
+        copy_sort = copy_x < ws0
+        copy_out = ~copy_sort & (copy_i < K) & (copy_i < t)
+        copy_issue = running & (copy_sort | copy_out)
+        m.d.sync += [copy_pending.eq(copy_issue), copy_from_output.eq(~copy_sort),
+                     copy_addr.eq(work_base + copy_x)]
+        with m.If(copy_issue):
+            m.d.sync += copy_x.eq(copy_x + 1)
+            with m.If(~copy_sort):
+                m.d.sync += copy_i.eq(copy_i + 1)
+        with m.If(copy_pending):
+            m.d.sync += copied.eq(copied + 1)
+        copy_done = (copy_i == K) & ~copy_pending
+
+        # --- merge: A = work_scores[0..ws0-1] (the copy), C = sorted_scores, as they arrive ----
+        a_left = a_taken < ws0
+        c_left = c_taken < n
+        a_head, c_head = rd["work"].data, rd["cand_score"].data
+        a_ready = ~a_left | a_head_valid
+        c_ready = ~c_left | c_head_valid
+        # sort_scores[o] may be overwritten once the copy has read it.
+        guard = (merged >= ws0) | (merged < copy_x)
+        fire = running & (merged < ws1) & (a_left | c_left) & a_ready & c_ready & guard
+        a_ge_c = float32_less(c_head, a_head) | float32_equal(a_head, c_head)
+        take_a = a_left & (~c_left | a_ge_c)
+        pop_a = fire & take_a
+        pop_c = fire & ~take_a
+        a_issue = running & (~a_head_valid | pop_a) & (a_read < ws0) & (a_read < copied)
+        c_issue = running & (~c_head_valid | pop_c) & (c_read < n) & (c_read < t)
+        with m.If(running):  # (SETUP clears both; these statements must not override it)
+            m.d.sync += [a_head_valid.eq(a_issue | (a_head_valid & ~pop_a)),
+                         c_head_valid.eq(c_issue | (c_head_valid & ~pop_c))]
+        with m.If(a_issue):
+            m.d.sync += a_read.eq(a_read + 1)
+        with m.If(c_issue):
+            m.d.sync += c_read.eq(c_read + 1)
+        with m.If(pop_a):
+            m.d.sync += a_taken.eq(a_taken + 1)
+        with m.If(pop_c):
+            m.d.sync += c_taken.eq(c_taken + 1)
+        with m.If(fire):
+            m.d.sync += merged.eq(merged + 1)
+        merge_done = merged == ws1
+        m.d.comb += [rd["cand_score"].addr.eq(c_read), rd["cand_score"].en.eq(c_issue)]
+
+        m.d.comb += finished.eq(rx_done & links_done & tokens_done & masks_done & copy_done
+                                & merge_done & ~append_busy)
+
+        # --- memory port multiplexing: engines while running, the host port otherwise -------
+        with m.If(running):
+            m.d.comb += [
+                wr["node"].addr.eq(s_addr), wr["node"].en.eq(s_valid),
+                wr["node"].data.tok.eq(s_tok), wr["node"].data.score.eq(mul.result),
+                wr["node"].data.delta.eq(depth), wr["node"].data.prev.eq(s_prev),
+                wr["node"].data.side.eq(s_side),
+                wr["next"].addr.eq(Mux(rx_done, node_base + link_parent[:len(node_base)],
+                                       append_addr)),
+                wr["next"].data.eq(Mux(rx_done, link_value, -1)),
+                wr["next"].en.eq(write_ok & Mux(
+                    rx_done, link_go & (link_parent >= 0) & (link_parent < MAXN),
+                    append_valid)),
+                wr["out_score"].addr.eq(out_base + t), wr["out_score"].data.eq(req.sorted_score),
+                wr["out_score"].en.eq(beat & (t < K) & write_ok),
+                rd["out_score"].addr.eq(out_base + copy_i), rd["out_score"].en.eq(1),
+                wr["out_token"].addr.eq(tok_addr), wr["out_token"].data.eq(rd["cand_token"].data),
+                wr["out_token"].en.eq(tok_pending & write_ok),
+                rd["in_mask"].addr.eq(mask_parent), rd["in_mask"].en.eq(mask_issue),
+                rd["out_mask"].addr.eq(out_base + mask_i), rd["out_mask"].en.eq(mask_issue),
+                wr["out_mask"].addr.eq(mask_addr), wr["out_mask"].data.eq(new_row),
+                wr["out_mask"].en.eq(mask_pending & write_ok),
+                rd["sort"].addr.eq(sort_base + copy_x), rd["sort"].en.eq(copy_issue & copy_sort),
+                wr["work"].addr.eq(copy_addr),
+                wr["work"].data.eq(Mux(copy_from_output, rd["out_score"].data,
+                                       rd["sort"].data)),
+                wr["work"].en.eq(copy_pending & write_ok),
+                rd["work"].addr.eq(work_base + a_read), rd["work"].en.eq(a_issue),
+                wr["sort"].addr.eq(sort_base + merged),
+                wr["sort"].data.eq(Mux(take_a, a_head, c_head)),
+                wr["sort"].en.eq(fire & write_ok),
+            ]
+        with m.Else():
+            region_mems = {
+                Region.NODE: ("node", "next"),
+                Region.OUTPUT: ("out_score", "out_token", "out_mask"),
+                Region.WORK: ("work",),
+                Region.SORT: ("sort",),
+            }
+            for region, names in region_mems.items():
+                for name in names:
+                    m.d.comb += [rd[name].addr.eq(host_addr[region]), rd[name].en.eq(host_en),
+                                 wr[name].addr.eq(host_addr[region]),
+                                 wr[name].en.eq(host_write[region])]
+            node = wr["node"].data
+            m.d.comb += [
+                node.tok.eq(cmd.tok), node.score.eq(cmd.score), node.delta.eq(cmd.delta),
+                node.prev.eq(cmd.prev), node.side.eq(cmd.side),
+                wr["next"].data.eq(cmd.next),
+                wr["out_score"].data.eq(cmd.score), wr["out_token"].data.eq(cmd.tok),
+                wr["out_mask"].data.eq(cmd.mask),
+                wr["work"].data.eq(cmd.score), wr["sort"].data.eq(cmd.score),
+            ]
+        return m
+
+
+def synthesis_configuration(**overrides) -> UpdateCumuDraftState:
+    """K2 for the synthesis report: the serving point of the benchmark contract (``K = 8``,
+    ``W <= 8``), ``MAXN = 1024`` nodes, ``MAXV = 64``, ``MI = 64``, 8 request slots (the
+    contract's largest batch), 32-bit tokens and 16-bit links/depths."""
+    parameters = {"node_top_k": 8, "max_tree_width": 8, "max_node_count": 1024,
+                  "max_verify_num": 64, "max_input_size": 64, "max_batch": 8,
+                  "token_width": 32, "index_width": 16}
+    return UpdateCumuDraftState(**{**parameters, **overrides})
