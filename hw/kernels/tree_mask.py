@@ -1,0 +1,553 @@
+"""K4 verify-tree build (``fused_tree_mask_operator``, docs/kernels.md §6) in hardware.
+
+The kernel reads the cumulative tree of each request as a stream of node records (node id
+order, one per clock: the order in which K2's ``node`` memory is read out), selects the verify
+set and writes what the target model's tree-attention forward needs: the retrive arrays, the
+positions and draft tokens (``tree``, one record per position) and the tree mask (``mask``,
+one row per clock when a row fits in a word), in any of the three layouts. Bit-exact with
+``golden.fused_tree_mask_operator``.
+
+One call is one ``cmd`` beat (``batch_size``, ``cumu_count``, ``verify_num``,
+``tree_mask_mode``), then per request ``b`` (ascending): ``cumu_count`` beats on ``nodes`` and
+one beat on ``seq_lens``; the kernel answers with ``n`` beats on ``tree`` and the ``n`` mask
+rows on ``mask``, ``n = min(clamp(verify_num, 1, MAXV), cumu_count)``.
+
+Datapath (two stages working on different requests, so a request costs ``cumu_count + 1``
+clocks once the pipeline is full, as long as the build stage, about ``2n + 6`` clocks plus
+one per mask word beyond the first of a row, is not longer):
+
+* **Ingest + select** (stage 1, one node per clock). Node ``j``'s token and parent are
+  written to a double-banked node memory. Non-root nodes enter a sorted *insertion array* of
+  ``n - 1`` slots (``MAXV - 1`` built) holding ``(key, id)`` in the verify-set order, score
+  descending then id ascending; ``key = float32_order_key(score)`` (IEEE order, ``+0.0 ==
+  -0.0``). Every slot compares its key with the newcomer's (``>=``: ids arrive ascending, so
+  on a tie the resident, lower id wins) and keeps its entry, takes the newcomer or takes its
+  upper neighbour's entry; the entry pushed out of slot ``n - 2`` leaves the set. A
+  ``MAXN``-bit membership bitmap follows the insertions and evictions, so after the last node
+  it holds exactly the root plus the top ``n - 1`` (``golden.select_verify_nodes``): a node
+  is in iff fewer than ``n - 1`` nodes beat it. ``MAXV - 1`` comparators, one element per
+  clock, no sorting network.
+* **Build** (stage 2, one position per clock, three-stage pipeline with a clock enable). The
+  lowest set bit of the bitmap is the next position's node (ascending node id = position
+  order, position 0 = the root); ``pos_of[node] = i`` is recorded; the node's parent is read
+  from the node memory, its position from ``pos_of``; then ``depth[i] = depth[parent] + 1``
+  and the ancestor row ``row[i] = row[parent] | (1 << i)`` (a node's row is its parent's row
+  plus its own bit: the §6 mask row), read back from a row memory written the clock before.
+  The child lists are built in ascending position: the first child of ``p`` sets
+  ``first_child[p]``, a later one links ``next_sibling[last_child[p]]``. A parent that is not
+  a selected lower id (a tree the golden refuses) sets ``invalid`` on the record.
+* **Mask rows.** Each row goes to a serializer that writes it as words of ``mask_lanes``
+  bits (see ``mask`` below); the build pipeline stalls while the serializer is busy, so a row
+  per clock while rows fit in one word, ``ceil((seq_len + n) / mask_lanes)`` clocks per row
+  in the FULL layout.
+* **Tree records.** After the last position, the ``n`` records are read out in position
+  order: ``retrive_index = b*n + i``, first child / next sibling (-1 when none),
+  ``position = seq_len + depth`` and the node's token.
+
+Mask stream format (``mask``): every row starts a new word; bit ``k`` of word ``w`` of a row
+is column ``w * mask_lanes + k`` of the layout's row; bits past the row end are 0; ``row_last``
+marks a row's last word, ``first``/``last`` the first and last word of a request.
+
+* FULL (0): ``seq_len + n`` columns, the prefix all ones, then the ``n`` tree columns;
+* QLEN_ONLY (1): the ``n`` tree columns;
+* QLEN_ONLY_BITPACKING (2): the row's ``ceil(n/8)`` bytes are the row words' bytes in
+  little-endian order (bit ``c mod 8`` of byte ``c div 8`` = column ``c``; padding bits 0).
+
+So modes 1 and 2 have the same bits on the wire (one bit per column); a bool layout's host
+writer expands a bit to a byte, a packed one stores ``ceil(n/8)`` bytes of each row.
+"""
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from hw.lib.float32 import float32_order_key
+from hw.lib.stream import RegisterSlice, packet_layout
+
+__all__ = ["TreeMask", "TreeMaskMode", "MAX_MASK_LANES", "lowest_set_bit",
+           "synthesis_configuration"]
+
+MAX_MASK_LANES = 1024
+
+
+class TreeMaskMode:
+    """``tree_mask_mode`` values (SGLang's ``TreeMaskMode``)."""
+
+    FULL_MASK = 0
+    QLEN_ONLY = 1
+    QLEN_ONLY_BITPACKING = 2
+
+
+def _check_int(name, value, lo, hi=None, *, hi_name=None):
+    """Return ``value`` if it is an int in ``[lo, hi]``, else raise ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"`{name}` must be an integer, not {value!r}")
+    hi_text = hi_name if hi_name is not None else str(hi)
+    if hi is None and value < lo:
+        raise ValueError(f"`{name}` must be at least {lo}, not {value}")
+    if hi is not None and not lo <= value <= hi:
+        raise ValueError(f"`{name}` must be between {lo} and {hi_text}, not {value}")
+    return value
+
+
+def _bits(count):
+    """Unsigned width holding ``0 .. count - 1`` (at least 1 bit)."""
+    return max(1, (count - 1).bit_length())
+
+
+def lowest_set_bit(value: Value) -> tuple[Value, Value]:
+    """``(index, any)``: the index of the lowest set bit of ``value`` (0 when none), as a
+    balanced tree (logarithmic depth), and whether any bit is set (combinational)."""
+    value = Value.cast(value)
+    width = len(value)
+    if width == 1:
+        return Const(0, 1), value[0]
+    low_width = 1 << ((width - 1).bit_length() - 1)  # largest power of two below width
+    low, high = value[:low_width], value[low_width:]
+    low_index, low_any = lowest_set_bit(low)
+    high_index, high_any = lowest_set_bit(high)
+    bits = _bits(width)
+    index = Mux(low_any, low_index, low_width + high_index)[:bits]
+    return index, low_any | high_any
+
+
+class TreeMask(wiring.Component):
+    """K4 verify-tree build: verify-set selection, retrive arrays, positions and tree mask.
+
+    Parameters
+    ----------
+    max_node_count : int
+        ``MAXN`` (>= 1): largest ``cumu_count``; sets the node-id width.
+    max_verify_num : int
+        ``MAXV`` (1..``MAXN``): largest verify set ``n``; ``verify_num`` is clamped to
+        ``1..MAXV``. The insertion array has ``MAXV - 1`` slots.
+    mask_lanes : int
+        Bits (mask columns) per ``mask`` word: a power of two, 8..1024. Rows of up to
+        ``mask_lanes`` columns go out at one row per clock.
+    token_width : int
+        Token width, signed two's complement (2..64).
+    seq_len_width : int
+        Width of ``seq_lens`` (1..62); ``position`` has one bit more.
+    max_batch_size : int
+        Sets the width of ``batch_size`` (``max_batch_size.bit_length()`` bits) and of
+        ``retrive_index`` (``b*n + i`` for ``b < max_batch_size``).
+
+    Members
+    -------
+    cmd : In(stream.Signature(cmd_layout))
+        One beat per call: ``batch_size``; ``cumu_count`` (1..MAXN, 0 is read as 1);
+        ``verify_num`` (signed 32 bits, clamped to ``1..MAXV``); ``tree_mask_mode`` (0 FULL,
+        1 QLEN_ONLY, 2 QLEN_ONLY_BITPACKING; 3 is read as 2). Taken between calls only.
+    nodes : In(stream.Signature(node_layout))
+        Per request, ``cumu_count`` beats in node-id order: ``token`` (``cumu_tokens``),
+        ``score`` (``cumu_scores``, float32 bits), ``prev`` (``prev_indexs``, not read for the
+        root). ``first``/``last`` mark the packet but are not checked (the count comes from
+        ``cmd``).
+    seq_lens : In(stream.Signature(seq_layout))
+        One beat per request: ``seq_len``.
+    tree : Out(stream.Signature(tree_layout))
+        Per request, ``n`` records in position order: ``retrive_index`` (``b*n + i``),
+        ``next_token`` / ``next_sibling`` (``retrive_next_token`` / ``retrive_next_sibling``,
+        -1 none), ``position`` (``seq_len + depth``), ``draft_token``, ``invalid`` (the
+        position's parent is not a selected lower node id: the golden refuses such a tree and
+        the other fields are then unspecified), ``first`` on ``i = 0``, ``last`` on
+        ``i = n - 1``.
+    mask : Out(stream.Signature(mask_layout))
+        The ``n`` mask rows of each request as words of ``mask_lanes`` bits (format in the
+        module docstring): ``bits``, ``row_last``, ``first``, ``last``.
+    """
+
+    def __init__(self, *, max_node_count=256, max_verify_num=64, mask_lanes=64,
+                 token_width=32, seq_len_width=32, max_batch_size=256):
+        self._max_node_count = _check_int("max_node_count", max_node_count, 1)
+        self._max_verify_num = _check_int("max_verify_num", max_verify_num, 1,
+                                          self._max_node_count, hi_name="`max_node_count`")
+        _check_int("mask_lanes", mask_lanes, 8, MAX_MASK_LANES)
+        if mask_lanes & (mask_lanes - 1):
+            raise ValueError(f"`mask_lanes` must be a power of two, not {mask_lanes}")
+        self._mask_lanes = mask_lanes
+        self._token_width = _check_int("token_width", token_width, 2, 64)
+        self._seq_len_width = _check_int("seq_len_width", seq_len_width, 1, 62)
+        self._max_batch_size = _check_int("max_batch_size", max_batch_size, 1)
+        super().__init__({
+            "cmd": In(stream.Signature(self.cmd_layout)),
+            "nodes": In(stream.Signature(self.node_layout)),
+            "seq_lens": In(stream.Signature(self.seq_layout)),
+            "tree": Out(stream.Signature(self.tree_layout)),
+            "mask": Out(stream.Signature(self.mask_layout)),
+        })
+
+    max_node_count = property(lambda self: self._max_node_count)
+    max_verify_num = property(lambda self: self._max_verify_num)
+    mask_lanes = property(lambda self: self._mask_lanes)
+    token_width = property(lambda self: self._token_width)
+    seq_len_width = property(lambda self: self._seq_len_width)
+    max_batch_size = property(lambda self: self._max_batch_size)
+
+    @property
+    def node_bits(self):
+        return _bits(self._max_node_count)
+
+    @property
+    def position_bits(self):
+        return _bits(self._max_verify_num)
+
+    @property
+    def cmd_layout(self) -> data.StructLayout:
+        return data.StructLayout({
+            "batch_size": unsigned(self._max_batch_size.bit_length()),
+            "cumu_count": unsigned(self._max_node_count.bit_length()),
+            "verify_num": signed(32),
+            "tree_mask_mode": unsigned(2),
+        })
+
+    @property
+    def node_layout(self) -> data.StructLayout:
+        return packet_layout({"token": signed(self._token_width), "score": unsigned(32),
+                              "prev": unsigned(self.node_bits)})
+
+    @property
+    def seq_layout(self) -> data.StructLayout:
+        return data.StructLayout({"seq_len": unsigned(self._seq_len_width)})
+
+    @property
+    def tree_layout(self) -> data.StructLayout:
+        link = signed(self.position_bits + 1)
+        return packet_layout({
+            "retrive_index": unsigned(_bits(self._max_batch_size * self._max_verify_num)),
+            "next_token": link,
+            "next_sibling": link,
+            "position": unsigned(self._seq_len_width + 1),
+            "draft_token": signed(self._token_width),
+            "invalid": 1,
+        })
+
+    @property
+    def mask_layout(self) -> data.StructLayout:
+        return packet_layout({"bits": unsigned(self._mask_lanes), "row_last": 1})
+
+    def elaborate(self, platform):
+        m = Module()
+        maxn, maxv, lanes = self._max_node_count, self._max_verify_num, self._mask_lanes
+        node_bits, pos_bits = self.node_bits, self.position_bits
+        slots = maxv - 1
+        batch_bits = self._max_batch_size.bit_length()
+        index_bits = _bits(self._max_batch_size * maxv)
+
+        # --- memories ---------------------------------------------------------------------
+        node_shape = data.StructLayout({"token": signed(self._token_width),
+                                        "prev": unsigned(node_bits)})
+        m.submodules.node_mem = node_mem = Memory(shape=node_shape, depth=2 << node_bits, init=[])
+        node_write = node_mem.write_port()
+        node_read = node_mem.read_port()  # synchronous, enabled by the build pipeline
+        m.submodules.pos_of = pos_of = Memory(shape=unsigned(pos_bits), depth=maxn, init=[])
+        pos_write = pos_of.write_port()
+        pos_read = pos_of.read_port(domain="comb")
+        row_shape = data.StructLayout({"row": unsigned(maxv), "depth": unsigned(pos_bits)})
+        m.submodules.row_mem = row_mem = Memory(shape=row_shape, depth=maxv, init=[])
+        row_write = row_mem.write_port()
+        row_read = row_mem.read_port(domain="comb")
+        rec_shape = data.StructLayout({"token": signed(self._token_width),
+                                       "depth": unsigned(pos_bits), "invalid": 1})
+        m.submodules.rec_mem = rec_mem = Memory(shape=rec_shape, depth=maxv, init=[])
+        rec_write = rec_mem.write_port()
+        rec_read = rec_mem.read_port(domain="comb")
+        link_mems = {}
+        for name in ("first_child", "last_child", "next_sibling"):
+            mem = Memory(shape=unsigned(pos_bits), depth=maxv, init=[])
+            m.submodules[name] = mem
+            link_mems[name] = (mem.write_port(), mem.read_port(domain="comb"))
+        first_write, first_read = link_mems["first_child"]
+        last_write, last_read = link_mems["last_child"]
+        sibling_write, sibling_read = link_mems["next_sibling"]
+
+        # --- call parameters (stage 1) ----------------------------------------------------
+        command = self.cmd.payload
+        verify_clamped = Mux(command.verify_num < 1, 1,
+                             Mux(command.verify_num > maxv, maxv, command.verify_num))
+        count_new = Mux(command.cumu_count == 0, 1,
+                        Mux(command.cumu_count > maxn, maxn, command.cumu_count))
+        n_new = Mux(verify_clamped < count_new, verify_clamped, count_new)
+        call_batch = Signal(batch_bits)
+        call_count = Signal(range(maxn + 1))
+        call_n = Signal(range(maxv + 1))
+        call_mode = Signal(2)
+        last_slot = Signal(range(max(slots, 2)))  # n - 2: the slot an insertion evicts
+        has_slots = Signal()  # n >= 2
+
+        # --- stage 1: ingest + select -----------------------------------------------------
+        s1_node = Signal(range(maxn + 1))  # node id of the next beat
+        s1_request = Signal(batch_bits)
+        s1_base = Signal(index_bits)  # b * n
+        bank = Signal()  # node-memory bank written by stage 1
+        member = Signal(maxn, init=1)  # verify-set bitmap of the request being ingested
+        slot_valid = [Signal(name=f"slot{s}_valid") for s in range(slots)]
+        slot_key = [Signal(signed(32), name=f"slot{s}_key") for s in range(slots)]
+        slot_id = [Signal(node_bits, name=f"slot{s}_id") for s in range(slots)]
+
+        ingesting = Signal()
+        beat = self.nodes.valid & self.nodes.ready
+        m.d.comb += self.nodes.ready.eq(ingesting)
+        m.d.comb += [
+            node_write.addr.eq(Cat(s1_node[:node_bits], bank)),
+            node_write.data.token.eq(self.nodes.payload.token),
+            node_write.data.prev.eq(self.nodes.payload.prev),
+            node_write.en.eq(beat),
+        ]
+
+        new_key = float32_order_key(self.nodes.payload.score)
+        new_id = s1_node[:node_bits]
+        insert_beat = beat & (s1_node != 0)
+        if slots:
+            keeps = [slot_valid[s] & (slot_key[s] >= new_key) for s in range(slots)]
+            enabled = [last_slot >= s for s in range(slots)]
+            with m.If(insert_beat & has_slots):
+                for s in range(slots):
+                    with m.If(enabled[s] & ~keeps[s]):
+                        if s == 0:
+                            takes_new = Const(1)
+                        else:
+                            takes_new = keeps[s - 1]
+                        with m.If(takes_new):
+                            m.d.sync += [slot_valid[s].eq(1), slot_key[s].eq(new_key),
+                                         slot_id[s].eq(new_id)]
+                        with m.Else():
+                            m.d.sync += [slot_valid[s].eq(slot_valid[s - 1]),
+                                         slot_key[s].eq(slot_key[s - 1]),
+                                         slot_id[s].eq(slot_id[s - 1])]
+            inserted = insert_beat & has_slots & ~Array(keeps)[last_slot]
+            evicted = inserted & Array(slot_valid)[last_slot]
+            evicted_id = Array(slot_id)[last_slot]
+            set_mask = Mux(inserted, Const(1, maxn) << new_id, 0)
+            clear_mask = Mux(evicted, Const(1, maxn) << evicted_id, 0)
+            with m.If(insert_beat):
+                m.d.sync += member.eq((member | set_mask) & ~clear_mask)
+
+        # --- handshake between the stages -------------------------------------------------
+        s1_hold = Signal()  # stage 1 has a finished request for stage 2
+        s2_idle = Signal()
+        handoff = s1_hold & s2_idle
+
+        def clear_selection():
+            return [member.eq(1), *[v.eq(0) for v in slot_valid]]
+
+        with m.FSM(name="ingest"):
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(self.cmd.valid):
+                    m.d.sync += [
+                        call_batch.eq(command.batch_size),
+                        call_count.eq(count_new),
+                        call_n.eq(n_new),
+                        call_mode.eq(Mux(command.tree_mask_mode == 3, 2,
+                                         command.tree_mask_mode)),
+                        last_slot.eq(Mux(n_new >= 2, n_new - 2, 0)),
+                        has_slots.eq(n_new >= 2),
+                        s1_node.eq(0),
+                        s1_request.eq(0),
+                        s1_base.eq(0),
+                        *clear_selection(),
+                    ]
+                    with m.If(command.batch_size != 0):
+                        m.next = "INGEST"
+            with m.State("INGEST"):
+                m.d.comb += ingesting.eq(1)
+                with m.If(beat):
+                    m.d.sync += s1_node.eq(s1_node + 1)
+                    with m.If(s1_node == call_count - 1):
+                        m.next = "HOLD"
+            with m.State("HOLD"):
+                m.d.comb += s1_hold.eq(1)
+                with m.If(handoff):
+                    m.d.sync += [bank.eq(~bank), s1_node.eq(0), s1_request.eq(s1_request + 1),
+                                 s1_base.eq(s1_base + call_n), *clear_selection()]
+                    with m.If(s1_request == call_batch - 1):
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.next = "INGEST"
+
+        # --- stage 2: build ---------------------------------------------------------------
+        s2_remaining = Signal(maxn)  # members not yet given a position
+        s2_member = Signal(maxn)
+        s2_bank = Signal()
+        s2_n = Signal(range(maxv + 1))
+        s2_mode = Signal(2)
+        s2_base = Signal(index_bits)
+        s2_seq = Signal(self._seq_len_width)
+        has_child = Signal(maxv)
+        has_sibling = Signal(maxv)
+        build_en = Signal()
+
+        # C0: enumerate the members in ascending node id.
+        c0_active = Signal()
+        c0_position = Signal(range(maxv + 1))
+        c0_node, _ = lowest_set_bit(s2_remaining)
+        c0_issue = c0_active & (c0_position != s2_n)
+        m.d.comb += [
+            node_read.addr.eq(Cat(c0_node, s2_bank)),
+            node_read.en.eq(build_en),
+            pos_write.addr.eq(c0_node),
+            pos_write.data.eq(c0_position),
+            pos_write.en.eq(build_en & c0_issue),
+        ]
+        c1_valid = Signal()
+        c1_position = Signal(range(maxv))
+        c1_node = Signal(node_bits)
+        with m.If(build_en):
+            m.d.sync += [c1_valid.eq(c0_issue), c1_position.eq(c0_position),
+                         c1_node.eq(c0_node)]
+            with m.If(c0_issue):
+                # Clear the lowest set bit (c0_node's) without a decoder.
+                m.d.sync += [c0_position.eq(c0_position + 1),
+                             s2_remaining.eq(s2_remaining & (s2_remaining - 1))]
+
+        # C1: parent id -> parent position.
+        c1_prev = node_read.data.prev
+        m.d.comb += pos_read.addr.eq(c1_prev)
+        parent_bad = (c1_prev >= c1_node) | ~s2_member.bit_select(c1_prev, 1)
+        c2_valid = Signal()
+        c2_position = Signal(range(maxv))
+        c2_parent = Signal(pos_bits)
+        c2_token = Signal(signed(self._token_width))
+        c2_invalid = Signal()
+        with m.If(build_en):
+            m.d.sync += [c2_valid.eq(c1_valid), c2_position.eq(c1_position),
+                         c2_parent.eq(pos_read.data), c2_token.eq(node_read.data.token),
+                         c2_invalid.eq((c1_position != 0) & parent_bad)]
+
+        # C2: depth, ancestor row, links.
+        is_root = c2_position == 0
+        own_bit = Const(1, maxv) << c2_position
+        row = Mux(is_root, 1, row_read.data.row | own_bit)[:maxv]
+        depth = Mux(is_root, 0, row_read.data.depth + 1)[:pos_bits]
+        parent_has_child = has_child.bit_select(c2_parent, 1)
+        c2_fire = build_en & c2_valid
+        link_fire = c2_fire & ~is_root
+        m.d.comb += [
+            row_read.addr.eq(c2_parent),
+            row_write.addr.eq(c2_position),
+            row_write.data.row.eq(row),
+            row_write.data.depth.eq(depth),
+            row_write.en.eq(c2_fire),
+            rec_write.addr.eq(c2_position),
+            rec_write.data.token.eq(c2_token),
+            rec_write.data.depth.eq(depth),
+            rec_write.data.invalid.eq(c2_invalid),
+            rec_write.en.eq(c2_fire),
+            last_read.addr.eq(c2_parent),
+            last_write.addr.eq(c2_parent),
+            last_write.data.eq(c2_position),
+            last_write.en.eq(link_fire),
+            first_write.addr.eq(c2_parent),
+            first_write.data.eq(c2_position),
+            first_write.en.eq(link_fire & ~parent_has_child),
+            sibling_write.addr.eq(last_read.data),
+            sibling_write.data.eq(c2_position),
+            sibling_write.en.eq(link_fire & parent_has_child),
+        ]
+        with m.If(link_fire):
+            with m.If(parent_has_child):
+                m.d.sync += has_sibling.eq(has_sibling | (Const(1, maxv) << last_read.data))
+            with m.Else():
+                m.d.sync += has_child.eq(has_child | (Const(1, maxv) << c2_parent))
+
+        # Mask-row serializer: a row in, its words out; the build pipeline waits for it.
+        m.submodules.mask_slice = mask_slice = RegisterSlice(self.mask_layout)
+        wiring.connect(m, mask_slice.o, wiring.flipped(self.mask))
+        offset_shape = signed(max(self._seq_len_width, (maxv + lanes).bit_length()) + 2)
+        ser_busy = Signal()
+        ser_row = Signal(maxv)
+        ser_offset = Signal(offset_shape)  # row column of the word's bit 0, minus the prefix
+        ser_n = Signal(range(maxv + 1))
+        ser_first = Signal()  # the word is the request's first
+        ser_last_row = Signal()
+        extended = Cat(Const(0, lanes), ser_row, Const(0, lanes))
+        select_bits = (len(extended) - 1).bit_length()
+        in_prefix = ser_offset <= -lanes
+        partial_prefix = ser_offset < 0
+        ones_count = (-ser_offset)[:(lanes - 1).bit_length() + 1]
+        prefix_ones = ~(Const((1 << lanes) - 1, lanes) << ones_count)[:lanes]
+        tree_bits = extended.bit_select((ser_offset + lanes)[:select_bits], lanes)
+        word = Mux(in_prefix, Const((1 << lanes) - 1, lanes),
+                   tree_bits | Mux(partial_prefix, prefix_ones, 0))
+        last_word = ser_offset + lanes >= ser_n
+        m.d.comb += [
+            mask_slice.i.valid.eq(ser_busy),
+            mask_slice.i.payload.bits.eq(word),
+            mask_slice.i.payload.row_last.eq(last_word),
+            mask_slice.i.payload.first.eq(ser_first),
+            mask_slice.i.payload.last.eq(ser_last_row & last_word),
+        ]
+        word_taken = ser_busy & mask_slice.i.ready
+        ser_free = ~ser_busy | (word_taken & last_word)
+        m.d.comb += build_en.eq(~c2_valid | ser_free)
+        with m.If(word_taken):
+            m.d.sync += [ser_offset.eq(ser_offset + lanes), ser_first.eq(0)]
+            with m.If(last_word):
+                m.d.sync += ser_busy.eq(0)
+        with m.If(c2_fire):
+            prefix = Mux(s2_mode == TreeMaskMode.FULL_MASK, s2_seq, 0)
+            m.d.sync += [ser_busy.eq(1), ser_row.eq(row), ser_offset.eq(-prefix),
+                         ser_n.eq(s2_n), ser_first.eq(is_root),
+                         ser_last_row.eq(c2_position == s2_n - 1)]
+
+        # Tree records, in position order once the build is done.
+        m.submodules.tree_slice = tree_slice = RegisterSlice(self.tree_layout)
+        wiring.connect(m, tree_slice.o, wiring.flipped(self.tree))
+        emitting = Signal()
+        emit_position = Signal(range(maxv + 1))
+        m.d.comb += [
+            rec_read.addr.eq(emit_position),
+            first_read.addr.eq(emit_position),
+            sibling_read.addr.eq(emit_position),
+        ]
+        record = tree_slice.i.payload
+        m.d.comb += [
+            tree_slice.i.valid.eq(emitting),
+            record.retrive_index.eq(s2_base + emit_position),
+            record.next_token.eq(Mux(has_child.bit_select(emit_position, 1),
+                                     first_read.data, -1)),
+            record.next_sibling.eq(Mux(has_sibling.bit_select(emit_position, 1),
+                                       sibling_read.data, -1)),
+            record.position.eq(s2_seq + rec_read.data.depth),
+            record.draft_token.eq(rec_read.data.token),
+            record.invalid.eq(rec_read.data.invalid),
+            record.first.eq(emit_position == 0),
+            record.last.eq(emit_position == s2_n - 1),
+        ]
+
+        with m.FSM(name="build"):
+            with m.State("IDLE"):
+                m.d.comb += s2_idle.eq(1)
+                with m.If(handoff):
+                    m.d.sync += [s2_remaining.eq(member), s2_member.eq(member),
+                                 s2_bank.eq(bank), s2_n.eq(call_n), s2_mode.eq(call_mode),
+                                 s2_base.eq(s1_base), has_child.eq(0), has_sibling.eq(0),
+                                 c0_position.eq(0)]
+                    m.next = "SEQ"
+            with m.State("SEQ"):
+                m.d.comb += self.seq_lens.ready.eq(1)
+                with m.If(self.seq_lens.valid):
+                    m.d.sync += [s2_seq.eq(self.seq_lens.payload.seq_len), c0_active.eq(1)]
+                    m.next = "BUILD"
+            with m.State("BUILD"):
+                with m.If(c2_fire & (c2_position == s2_n - 1)):
+                    m.d.sync += [c0_active.eq(0), emitting.eq(1), emit_position.eq(0)]
+                    m.next = "EMIT"
+            with m.State("EMIT"):
+                with m.If(tree_slice.i.ready):
+                    m.d.sync += emit_position.eq(emit_position + 1)
+                    with m.If(emit_position == s2_n - 1):
+                        m.d.sync += emitting.eq(0)
+                        m.next = "IDLE"
+        return m
+
+
+def synthesis_configuration(**overrides) -> TreeMask:
+    """K4 for the synthesis report: verify sets of up to 64 nodes out of 256
+    (``max_verify_num=64``, ``max_node_count=256``), 64-column mask words (one row per clock
+    in the QLEN layouts), 32-bit tokens and sequence lengths, batches of up to 256."""
+    parameters = {"max_node_count": 256, "max_verify_num": 64, "mask_lanes": 64,
+                  "token_width": 32, "seq_len_width": 32, "max_batch_size": 256}
+    return TreeMask(**{**parameters, **overrides})

@@ -1,0 +1,354 @@
+"""K7 ``update_verify_result`` (docs/kernels.md §9) in hardware.
+
+After K6 has walked every request's verify tree, the kernel commits the result: accept
+lengths after the finish check (EOS or length limit), the verified ids in one compact list
+(exclusive prefix sum of the accept lengths over the batch), the ``req_to_token`` writes of
+the accepted KV slots, the eviction mask of the other draft nodes, the next root and the
+``finished`` flag of every request (the input of ``hw.kernels.active_slots``). Bit-exact with
+``golden.update_verify_result``.
+
+One call is one ``cmd`` beat (``batch_size``, ``num_draft_tokens`` n,
+``num_speculative_tokens`` S, ``eos_token_id``), then per request ``b`` (ascending) the ``n``
+node records of the request on ``nodes`` (``predicts`` and ``out_cache_loc`` at flat ids
+``b*n .. b*n+n-1``) and one ``request`` beat (K6's ``accept_index`` row and
+``accept_token_num``, the request's ``req_pool_indices``, ``seq_lens``, ``max_seq_lens``). The
+kernel answers with ``accept_length`` beats on ``commit`` and one beat on ``result``.
+
+Datapath (two stages on different requests: ``n + 1`` clocks a request once the pipeline is
+full, while ``accept_length + 3 <= n + 1``):
+
+* **Ingest** (one node per clock): the request's node records go to a double-banked node
+  memory, addressed by position ``flat id - b*n``.
+* **Walk** (one accepted token per clock): for ``j = 0 .. accept_token_num`` the position of
+  ``accept_index[b, j]`` is read from the node memory; the token ``t_j = predicts[...]`` is
+  written out with its ``verified_id`` index (``offset_b + j``, ``offset_b`` the running
+  exclusive prefix sum of the accept lengths) and its ``req_to_token`` write
+  ``[req_pool_index, seq_len + j] = out_cache_loc[...]``; the walk stops after the first token
+  that is ``eos_token_id`` (when >= 0) or brings the length to ``max_seq_len``
+  (``seq_len + j + 1 >= max_seq_len``), which finishes the request. The accepted positions
+  are collected in a bitmap; the ``result`` beat carries ``accept_length``, ``next_root``
+  (the last token), ``finished``, the new ``seq_len``, ``offset_b`` and ``evict`` (every
+  position of the request not accepted, the truncated ones included).
+
+Inputs outside the golden's contract (accepted ids that are not the request's own, repeats,
+``seq_len >= max_seq_len``) give unspecified results but never stall the kernel.
+"""
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from hw.lib.stream import RegisterSlice, packet_layout
+
+__all__ = ["VerifyResult", "request_finishes", "synthesis_configuration"]
+
+
+def _check_int(name, value, lo, hi=None):
+    """Return ``value`` if it is an int in ``[lo, hi]``, else raise ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"`{name}` must be an integer, not {value!r}")
+    if hi is None and value < lo:
+        raise ValueError(f"`{name}` must be at least {lo}, not {value}")
+    if hi is not None and not lo <= value <= hi:
+        raise ValueError(f"`{name}` must be between {lo} and {hi}, not {value}")
+    return value
+
+
+def _bits(count):
+    """Unsigned width holding ``0 .. count - 1`` (at least 1 bit)."""
+    return max(1, (count - 1).bit_length())
+
+
+def request_finishes(token, eos_token_id, length, max_seq_len):
+    """Whether a request finishes on ``token`` (combinational): it is ``eos_token_id``
+    (when that is >= 0), or the request's length with it, ``length``, reaches
+    ``max_seq_len``."""
+    return ((eos_token_id >= 0) & (token == eos_token_id)) | (length >= max_seq_len)
+
+
+class VerifyResult(wiring.Component):
+    """K7 ``update_verify_result``: accept lengths, verified ids, KV writes and evictions,
+    next roots and finished flags.
+
+    Parameters
+    ----------
+    max_draft_tokens : int
+        Largest ``num_draft_tokens`` n (verify-tree size incl. the root), 1..1024: the node
+        memory depth and the width of ``evict``.
+    max_speculative_tokens : int
+        Largest ``num_speculative_tokens`` S (width of K6's ``accept_index``), 1..64.
+    max_batch_size : int
+        Sets the width of ``batch_size`` (``max_batch_size.bit_length()`` bits), of the flat
+        ids (``b*n + i``) and of the ``verified_id`` index.
+    token_width : int
+        Token width (``predicts``, ``verified_id``, ``next_root``, ``eos_token_id``), signed,
+        2..64 (32: SGLang's int32).
+    loc_width : int
+        KV-slot width (``out_cache_loc``, ``req_to_token`` values), 1..64.
+    seq_len_width : int
+        Width of ``seq_lens`` and ``max_seq_lens`` (``req_to_token`` columns), 1..63.
+    pool_index_width : int
+        Width of ``req_pool_indices`` (``req_to_token`` rows), 1..63.
+
+    Members
+    -------
+    cmd : In(stream.Signature(cmd_layout))
+        One beat per call: ``batch_size``, ``num_draft_tokens`` (1..MAXD; 0 is read as 1),
+        ``num_speculative_tokens`` (1..MAXS, only for the range of ``accept_token_num``),
+        ``eos_token_id`` (negative: no EOS check). Taken between calls only.
+    nodes : In(stream.Signature(node_layout))
+        Per request, ``n`` records in flat-id order: ``predict`` (``predicts``) and
+        ``cache_loc`` (``out_cache_loc``). ``first``/``last`` are not checked.
+    request : In(stream.Signature(request_layout))
+        One beat per request: ``accept_token_num`` (0..S-1), ``accept_index`` (the row of K6's
+        ``accept_index``, flat ids; entries past ``accept_token_num`` are not read),
+        ``req_pool_index``, ``seq_len``, ``max_seq_len``.
+    commit : Out(stream.Signature(commit_layout))
+        One beat per accepted token ``j``: ``verified_index`` (``offset_b + j``) and
+        ``verified_id`` (write ``verified_id[verified_index]``), ``req_row``, ``req_column``
+        (``seq_len + j``) and ``kv_loc`` (write ``req_to_token[req_row, req_column] =
+        kv_loc``); ``first`` on ``j = 0``, ``last`` on ``j = accept_length - 1``.
+    result : Out(stream.Signature(result_layout))
+        One beat per request: ``accept_length``, ``next_root``, ``finished``, ``seq_len`` (the
+        new length), ``verified_offset`` (``offset_b``), ``evict`` (bit ``i`` =
+        ``evict_mask[b*n + i]``, bits ``>= n`` zero).
+    """
+
+    def __init__(self, *, max_draft_tokens=64, max_speculative_tokens=16, max_batch_size=256,
+                 token_width=32, loc_width=32, seq_len_width=32, pool_index_width=16):
+        self._max_draft_tokens = _check_int("max_draft_tokens", max_draft_tokens, 1, 1024)
+        self._max_speculative_tokens = _check_int("max_speculative_tokens",
+                                                  max_speculative_tokens, 1, 64)
+        self._max_batch_size = _check_int("max_batch_size", max_batch_size, 1)
+        self._token_width = _check_int("token_width", token_width, 2, 64)
+        self._loc_width = _check_int("loc_width", loc_width, 1, 64)
+        self._seq_len_width = _check_int("seq_len_width", seq_len_width, 1, 63)
+        self._pool_index_width = _check_int("pool_index_width", pool_index_width, 1, 63)
+        super().__init__({
+            "cmd": In(stream.Signature(self.cmd_layout)),
+            "nodes": In(stream.Signature(self.node_layout)),
+            "request": In(stream.Signature(self.request_layout)),
+            "commit": Out(stream.Signature(self.commit_layout)),
+            "result": Out(stream.Signature(self.result_layout)),
+        })
+
+    max_draft_tokens = property(lambda self: self._max_draft_tokens)
+    max_speculative_tokens = property(lambda self: self._max_speculative_tokens)
+    max_batch_size = property(lambda self: self._max_batch_size)
+    token_width = property(lambda self: self._token_width)
+    loc_width = property(lambda self: self._loc_width)
+    seq_len_width = property(lambda self: self._seq_len_width)
+    pool_index_width = property(lambda self: self._pool_index_width)
+
+    @property
+    def flat_bits(self):
+        """Width of a flat node id ``b*n + i``."""
+        return _bits(self._max_batch_size * self._max_draft_tokens)
+
+    @property
+    def cmd_layout(self) -> data.StructLayout:
+        return data.StructLayout({
+            "batch_size": unsigned(self._max_batch_size.bit_length()),
+            "num_draft_tokens": unsigned(self._max_draft_tokens.bit_length()),
+            "num_speculative_tokens": unsigned(self._max_speculative_tokens.bit_length()),
+            "eos_token_id": signed(self._token_width),
+        })
+
+    @property
+    def node_layout(self) -> data.StructLayout:
+        return packet_layout({"predict": signed(self._token_width),
+                              "cache_loc": unsigned(self._loc_width)})
+
+    @property
+    def request_layout(self) -> data.StructLayout:
+        s = self._max_speculative_tokens
+        return data.StructLayout({
+            "accept_token_num": unsigned(_bits(s)),
+            "accept_index": data.ArrayLayout(unsigned(self.flat_bits), s),
+            "req_pool_index": unsigned(self._pool_index_width),
+            "seq_len": unsigned(self._seq_len_width),
+            "max_seq_len": unsigned(self._seq_len_width),
+        })
+
+    @property
+    def commit_layout(self) -> data.StructLayout:
+        return packet_layout({
+            "verified_index": unsigned(_bits(self._max_batch_size
+                                             * self._max_speculative_tokens)),
+            "verified_id": signed(self._token_width),
+            "req_row": unsigned(self._pool_index_width),
+            "req_column": unsigned(self._seq_len_width),
+            "kv_loc": unsigned(self._loc_width),
+        })
+
+    @property
+    def result_layout(self) -> data.StructLayout:
+        return data.StructLayout({
+            "accept_length": unsigned(self._max_speculative_tokens.bit_length()),
+            "next_root": signed(self._token_width),
+            "finished": 1,
+            "seq_len": unsigned(self._seq_len_width),
+            "verified_offset": unsigned(_bits(self._max_batch_size
+                                              * self._max_speculative_tokens)),
+            "evict": unsigned(self._max_draft_tokens),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        maxd, maxs = self._max_draft_tokens, self._max_speculative_tokens
+        pos_bits = _bits(maxd)
+        batch_bits = self._max_batch_size.bit_length()
+        flat_bits = self.flat_bits
+        offset_bits = _bits(self._max_batch_size * maxs)
+
+        node_shape = data.StructLayout({"predict": signed(self._token_width),
+                                        "cache_loc": unsigned(self._loc_width)})
+        m.submodules.node_mem = node_mem = Memory(shape=node_shape, depth=2 << pos_bits,
+                                                  init=[])
+        node_write = node_mem.write_port()
+        node_read = node_mem.read_port(domain="comb")
+
+        # --- call parameters and stage 1: ingest ------------------------------------------
+        command = self.cmd.payload
+        n_new = Mux(command.num_draft_tokens == 0, 1,
+                    Mux(command.num_draft_tokens > maxd, maxd, command.num_draft_tokens))
+        call_batch = Signal(batch_bits)
+        call_n = Signal(range(maxd + 1))
+        call_eos = Signal(signed(self._token_width))
+        s1_position = Signal(range(maxd + 1))
+        s1_request = Signal(batch_bits)
+        s1_base = Signal(flat_bits + 1)  # b * n
+        bank = Signal()
+        ingesting = Signal()
+        s1_hold = Signal()
+        s2_idle = Signal()
+        handoff = s1_hold & s2_idle
+
+        beat = self.nodes.valid & self.nodes.ready
+        m.d.comb += [
+            self.nodes.ready.eq(ingesting),
+            node_write.addr.eq(Cat(s1_position[:pos_bits], bank)),
+            node_write.data.predict.eq(self.nodes.payload.predict),
+            node_write.data.cache_loc.eq(self.nodes.payload.cache_loc),
+            node_write.en.eq(beat),
+        ]
+        with m.FSM(name="ingest"):
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(self.cmd.valid):
+                    m.d.sync += [call_batch.eq(command.batch_size), call_n.eq(n_new),
+                                 call_eos.eq(command.eos_token_id), s1_position.eq(0),
+                                 s1_request.eq(0), s1_base.eq(0)]
+                    with m.If(command.batch_size != 0):
+                        m.next = "INGEST"
+            with m.State("INGEST"):
+                m.d.comb += ingesting.eq(1)
+                with m.If(beat):
+                    m.d.sync += s1_position.eq(s1_position + 1)
+                    with m.If(s1_position == call_n - 1):
+                        m.next = "HOLD"
+            with m.State("HOLD"):
+                m.d.comb += s1_hold.eq(1)
+                with m.If(handoff):
+                    m.d.sync += [bank.eq(~bank), s1_position.eq(0),
+                                 s1_request.eq(s1_request + 1), s1_base.eq(s1_base + call_n)]
+                    with m.If(s1_request == call_batch - 1):
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.next = "INGEST"
+
+        # --- stage 2: walk ------------------------------------------------------------------
+        s2_bank = Signal()
+        s2_n = Signal(range(maxd + 1))
+        s2_eos = Signal(signed(self._token_width))
+        s2_base = Signal(flat_bits + 1)
+        offset = Signal(offset_bits + 1)  # exclusive prefix sum of accept lengths
+        taken = Signal(range(maxs))  # accept_token_num
+        accept_ids = [Signal(flat_bits, name=f"accept_index{j}") for j in range(maxs)]
+        pool = Signal(self._pool_index_width)
+        seq = Signal(self._seq_len_width)
+        max_seq = Signal(self._seq_len_width)
+        step = Signal(range(maxs + 1))
+        accepted = Signal(maxd)
+        length = Signal(range(maxs + 1))
+        root = Signal(signed(self._token_width))
+        finished = Signal()
+
+        position = (Array(accept_ids)[step] - s2_base)[:pos_bits]
+        m.d.comb += node_read.addr.eq(Cat(position, s2_bank))
+        token = node_read.data.predict
+        column = seq + step
+        ends_here = request_finishes(token, s2_eos, column + 1, max_seq)
+        last_token = ends_here | (step == taken)
+
+        m.submodules.commit_slice = commit_slice = RegisterSlice(self.commit_layout)
+        wiring.connect(m, commit_slice.o, wiring.flipped(self.commit))
+        m.submodules.result_slice = result_slice = RegisterSlice(self.result_layout)
+        wiring.connect(m, result_slice.o, wiring.flipped(self.result))
+        walking = Signal()
+        reporting = Signal()
+        out = commit_slice.i.payload
+        m.d.comb += [
+            commit_slice.i.valid.eq(walking),
+            out.verified_index.eq(offset + step),
+            out.verified_id.eq(token),
+            out.req_row.eq(pool),
+            out.req_column.eq(column),
+            out.kv_loc.eq(node_read.data.cache_loc),
+            out.first.eq(step == 0),
+            out.last.eq(last_token),
+        ]
+        valid_positions = (Const(1, maxd + 1) << s2_n) - 1
+        report = result_slice.i.payload
+        m.d.comb += [
+            result_slice.i.valid.eq(reporting),
+            report.accept_length.eq(length),
+            report.next_root.eq(root),
+            report.finished.eq(finished),
+            report.seq_len.eq(seq + length),
+            report.verified_offset.eq(offset),
+            report.evict.eq(~accepted & valid_positions[:maxd]),
+        ]
+
+        request = self.request.payload
+        with m.FSM(name="walk"):
+            with m.State("IDLE"):
+                m.d.comb += s2_idle.eq(1)
+                with m.If(handoff):
+                    m.d.sync += [s2_bank.eq(bank), s2_n.eq(call_n), s2_eos.eq(call_eos),
+                                 s2_base.eq(s1_base)]
+                    with m.If(s1_request == 0):
+                        m.d.sync += offset.eq(0)
+                    m.next = "REQUEST"
+            with m.State("REQUEST"):
+                m.d.comb += self.request.ready.eq(1)
+                with m.If(self.request.valid):
+                    m.d.sync += [taken.eq(request.accept_token_num),
+                                 pool.eq(request.req_pool_index),
+                                 seq.eq(request.seq_len), max_seq.eq(request.max_seq_len),
+                                 step.eq(0), accepted.eq(0), walking.eq(1)]
+                    m.d.sync += [accept_ids[j].eq(request.accept_index[j]) for j in range(maxs)]
+                    m.next = "WALK"
+            with m.State("WALK"):
+                with m.If(commit_slice.i.ready):
+                    m.d.sync += [step.eq(step + 1),
+                                 accepted.eq(accepted | (Const(1, maxd) << position))]
+                    with m.If(last_token):
+                        m.d.sync += [walking.eq(0), reporting.eq(1), length.eq(step + 1),
+                                     root.eq(token), finished.eq(ends_here)]
+                        m.next = "REPORT"
+            with m.State("REPORT"):
+                with m.If(result_slice.i.ready):
+                    m.d.sync += [reporting.eq(0), offset.eq(offset + length)]
+                    m.next = "IDLE"
+        return m
+
+
+def synthesis_configuration(**overrides) -> VerifyResult:
+    """K7 for the synthesis report: verify trees of up to 64 nodes (``verify_num=64``), up
+    to 16 accepted tokens, batches of up to 256, 32-bit tokens, KV slots and lengths."""
+    parameters = {"max_draft_tokens": 64, "max_speculative_tokens": 16,
+                  "max_batch_size": 256, "token_width": 32, "loc_width": 32,
+                  "seq_len_width": 32, "pool_index_width": 16}
+    return VerifyResult(**{**parameters, **overrides})

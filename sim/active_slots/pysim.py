@@ -1,0 +1,41 @@
+"""The active-slot compaction on Amaranth's own simulator (unit tests; no Verilator build)."""
+
+import numpy as np
+
+from hw.kernels.active_slots import ActiveSlots
+from sim.tree_mask.pysim import run_streams
+
+from .vectors import check
+
+__all__ = ["run_on_amaranth"]
+
+
+def _records(items, layout):
+    return {name: np.array([int(getattr(item, name)) for item in items], dtype=np.int64)
+            for name, _ in layout}
+
+
+def run_on_amaranth(parameters: dict, calls, *, idle=0.0, backpressure=0.0, seed=0) -> None:
+    """Run ``calls`` back to back on ``ActiveSlots(**parameters)``; raise ``AssertionError``
+    on the first difference from the golden."""
+    dut = ActiveSlots(**parameters)
+    commands = [{"batch_size": c.batch_size} for c in calls]
+    flags = [{"finished": int(f), "first": int(i == 0), "last": int(i == c.batch_size - 1)}
+             for c in calls for i, f in enumerate(c.finished)]
+    total = len(flags)
+    work = 3 * total + 6 * len(calls)
+    inverse, slots, counts = run_streams(
+        dut, [(dut.cmd, commands), (dut.finished, flags)],
+        [(dut.inverse, total), (dut.slots, total), (dut.count, len(calls))], idle=idle,
+        backpressure=backpressure, seed=seed,
+        max_cycles=int(work / (1 - max(idle, backpressure)) ** 2) * 2 + 1000)
+    inv = _records(inverse, dut.inverse_layout)
+    slt = _records(slots, dut.slot_layout)
+    cnt = _records(counts, dut.count_layout)
+    k = 0
+    for index, c in enumerate(calls):
+        b = c.batch_size
+        check(c, {key: v[k:k + b] for key, v in inv.items()},
+              {key: v[k:k + b] for key, v in slt.items()},
+              {key: v[index:index + 1] for key, v in cnt.items()})
+        k += b

@@ -1,0 +1,213 @@
+# amaranth: UnusedElaboratable=no
+"""K4 ``TreeMask``: parameter validation, Amaranth-simulator unit tests and the Verilator
+regression against ``golden.fused_tree_mask_operator`` on trees grown by the golden draft
+round and on directed trees."""
+
+import numpy as np
+import pytest
+from amaranth.hdl import Module, Signal
+
+import hw.kernels.tree_mask as tree_mask_module
+from hw.kernels.tree_mask import TreeMask, lowest_set_bit, synthesis_configuration
+from sim.amaranth_tb import simulate
+from sim.harness import BUILD_ROOT
+from sim.targets import run_target
+from sim.tree_mask import PARAMETERS, run_parameters
+from sim.tree_mask.pysim import run_on_amaranth
+from sim.tree_mask.vectors import (
+    EXAMPLE_CASE,
+    call_from_case,
+    directed_calls,
+    expected,
+    manual_call,
+    random_call,
+    write_example_case,
+)
+
+# The test-tier parameter set: rows of up to 20 columns in 8-column words (multi-word rows in
+# every layout), the byte edges n = 8, 9, 16, 17 and the word edges 7, 8, 9.
+SMALL = {"max_node_count": 40, "max_verify_num": 20, "mask_lanes": 8, "token_width": 16,
+         "seq_len_width": 12, "max_batch_size": 15}
+SMALL_PERF = {"batch_size": 6, "verify_num": 8, "node_top_k": 3, "tree_width": 3,
+              "depths": 5, "mode": 2}
+
+
+# --- parameters -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"max_node_count": 0}, "`max_node_count` must be at least 1, not 0"),
+        ({"max_node_count": 2.0}, "`max_node_count` must be an integer, not 2.0"),
+        ({"max_verify_num": 0}, "`max_verify_num` must be between 1 and `max_node_count`, "
+                                "not 0"),
+        ({"max_node_count": 16, "max_verify_num": 17},
+         "`max_verify_num` must be between 1 and `max_node_count`, not 17"),
+        ({"mask_lanes": 4}, "`mask_lanes` must be between 8 and 1024, not 4"),
+        ({"mask_lanes": 2048}, "`mask_lanes` must be between 8 and 1024, not 2048"),
+        ({"mask_lanes": 24}, "`mask_lanes` must be a power of two, not 24"),
+        ({"token_width": 1}, "`token_width` must be between 2 and 64, not 1"),
+        ({"seq_len_width": 63}, "`seq_len_width` must be between 1 and 62, not 63"),
+        ({"max_batch_size": 0}, "`max_batch_size` must be at least 1, not 0"),
+        ({"max_batch_size": True}, "`max_batch_size` must be an integer, not True"),
+    ],
+)
+def test_invalid_parameters(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        TreeMask(**arguments)
+
+
+def test_parameters_and_layouts():
+    dut = TreeMask(max_node_count=200, max_verify_num=100, mask_lanes=128, token_width=20,
+                   seq_len_width=24, max_batch_size=1000)
+    assert (dut.max_node_count, dut.max_verify_num, dut.mask_lanes, dut.token_width,
+            dut.seq_len_width, dut.max_batch_size) == (200, 100, 128, 20, 24, 1000)
+    with pytest.raises(AttributeError):
+        dut.max_verify_num = 3
+    assert (dut.node_bits, dut.position_bits) == (8, 7)
+    assert dut.cmd_layout.size == 10 + 8 + 32 + 2
+    assert dut.node_layout.size == 20 + 32 + 8 + 2
+    assert dut.seq_layout.size == 24
+    # retrive_index < 1000 * 100, links signed 8 bits, position 25 bits, token, invalid
+    assert dut.tree_layout.size == 17 + 8 + 8 + 25 + 20 + 1 + 2
+    assert dut.mask_layout.size == 128 + 1 + 2
+    assert {name: getattr(TreeMask(), name) for name in PARAMETERS} == \
+        {**PARAMETERS, "max_verify_num": 64}
+    config, wide = synthesis_configuration(), synthesis_configuration(mask_lanes=128)
+    for component in (config, wide):  # built in hw/kernels, never elaborated here
+        component._MustUse__silence = True
+    assert (config.max_verify_num, config.max_node_count) == (64, 256)
+    assert wide.mask_lanes == 128
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 5, 8, 13])
+def test_lowest_set_bit_is_a_priority_encoder(width):
+    value = Signal(width)
+    m = Module()
+    index, found = lowest_set_bit(value)
+    out_index, out_found = Signal(len(index)), Signal()
+    m.d.comb += [out_index.eq(index), out_found.eq(found)]
+
+    async def testbench(ctx):
+        for sample in range(1 << width):
+            ctx.set(value, sample)
+            assert ctx.get(out_found) == (sample != 0)
+            if sample:
+                assert ctx.get(out_index) == (sample & -sample).bit_length() - 1, sample
+
+    simulate(m, testbench, clocked=False)
+
+
+# --- Amaranth simulator ---------------------------------------------------------------------
+
+
+def test_a_small_tree_by_hand():
+    """Root, two children, a grandchild under the second: verify_num 3 keeps the root, node
+    2 (0.75) and node 1 (0.5, tied with node 3 and ahead of it on the lower id), i.e. nodes
+    {0, 1, 2}; mask rows [1], [1, 1], [1, 0, 1]."""
+    call = manual_call("by hand", [-1, 0, 0, 2], [1.001, 0.5, 0.75, 0.5], verify_num=3,
+                       mode=1, seq_len=10)
+    want = expected(call, 8)
+    assert want["tree_mask"].astype(int).tolist() == [[[1, 0, 0], [1, 1, 0], [1, 0, 1]]]
+    assert want["retrive_next_token"].tolist() == [[1, -1, -1]]
+    assert want["retrive_next_sibling"].tolist() == [[-1, 2, -1]]
+    assert want["positions"].tolist() == [10, 11, 11]
+    run_on_amaranth({**SMALL, "max_verify_num": 8}, [call, call.with_mode(0),
+                                                     call.with_mode(2)])
+
+
+def test_directed_calls_on_amaranth_simulator():
+    """Each directed tree in one of its layouts (all three run under Verilator)."""
+    calls = directed_calls(40, 20, 8)
+    run_on_amaranth(SMALL, [c for i, c in enumerate(calls) if i % 3 == 0 or "mode" not in
+                            c.name])
+
+
+def test_random_calls_with_idle_and_backpressure_on_amaranth_simulator():
+    rng = np.random.default_rng(11)
+    calls = [random_call(rng, 40, 20, 8) for _ in range(10)]
+    run_on_amaranth(SMALL, calls, idle=0.4, backpressure=0.4, seed=5)
+
+
+@pytest.mark.parametrize(("maxn", "maxv"), [(1, 1), (5, 2), (9, 9)])
+def test_tiny_kernels_on_amaranth_simulator(maxn, maxv):
+    params = {**SMALL, "max_node_count": maxn, "max_verify_num": maxv}
+    run_on_amaranth(params, directed_calls(maxn, maxv, 8), idle=0.3, backpressure=0.3, seed=2)
+
+
+def test_raw_bit_compare_is_caught(monkeypatch):
+    """A selection that orders raw bit patterns (so -0.0 sorts above every positive score and
+    differs from +0.0) must fail the signed-zero directed calls."""
+    monkeypatch.setattr(tree_mask_module, "float32_order_key", lambda bits: bits.as_signed())
+    calls = [c for c in directed_calls(40, 20, 8) if "+0.0/-0.0" in c.name]
+    assert calls
+    with pytest.raises(AssertionError, match="differs from the golden"):
+        run_on_amaranth(SMALL, calls)
+
+
+# --- example case file ----------------------------------------------------------------------
+
+
+def test_example_case_is_current_and_matches_golden(tmp_path):
+    regenerated = tmp_path / "case.txt"
+    write_example_case(regenerated)
+    assert regenerated.read_text() == EXAMPLE_CASE.read_text(), \
+        "rerun `python -m sim.tree_mask.vectors`"
+    call, want = call_from_case(EXAMPLE_CASE)
+    assert len(want) == 6 and call.cumu_count <= SMALL["max_node_count"]
+    golden = expected(call, SMALL["max_verify_num"])
+    for name, values in want.items():
+        assert np.array_equal(np.asarray(golden[name]).reshape(-1), values), name
+
+
+# --- Verilator ------------------------------------------------------------------------------
+
+
+def test_matches_golden_under_verilator(sim_report):
+    """The test-tier model: the throughput call, the directed calls (unstressed and
+    stressed), random draft-round calls with idle and back-pressure."""
+    summary = run_parameters(SMALL, overrides={"vectors": 25, "perf": SMALL_PERF},
+                             log_file=BUILD_ROOT / "pytest-tree_mask.log")
+    assert summary["random_vectors"] == 25
+    # 6 requests of 40 nodes, n = 8 (one mask word a row): the node stream sets the pace,
+    # cumu_count + 1 clocks a request.
+    assert summary["initiation_interval"] == 41.0
+    sim_report(f"tree_mask {SMALL}: {summary['vectors']} calls ({summary['requests']} "
+               f"requests) bit-exact with the golden")
+
+
+def test_case_replay_under_verilator():
+    summary = run_parameters(SMALL, case=EXAMPLE_CASE, overrides={"perf": SMALL_PERF},
+                             log_file=BUILD_ROOT / "pytest-tree_mask-case.log")
+    assert summary["vectors"] == 1 and summary["extra"]["expected tensors"] == "6 of 6 checked"
+
+
+@pytest.mark.slow
+def test_make_sim_target_under_verilator(sim_report):
+    """``make sim KERNEL=tree_mask``: MAXN = 256, MAXV = 128; verify_num = 64 on 256-node
+    trees costs cumu_count + 1 clocks a request."""
+    summary = run_target("tree_mask", log_file=BUILD_ROOT / "pytest-tree_mask-full.log")
+    assert summary["initiation_interval"] == 257.0
+    sim_report(f"tree_mask (make sim): {summary['vectors']} calls bit-exact, "
+               f"{summary['initiation_interval']:.2f} cycles/request at verify_num=64 MAXN=256")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("parameters", "perf"),
+    [
+        ({"max_node_count": 130, "max_verify_num": 128, "mask_lanes": 128},
+         {"batch_size": 4, "verify_num": 128, "node_top_k": 3, "tree_width": 3, "depths": 15,
+          "mode": 2}),
+        ({"max_node_count": 64, "max_verify_num": 64, "mask_lanes": 16},
+         {"batch_size": 4, "verify_num": 64, "node_top_k": 4, "tree_width": 4, "depths": 5,
+          "mode": 0}),
+    ],
+    ids=["lanes128-n128", "maxv=maxn-lanes16"],
+)
+def test_other_parameters_under_verilator(parameters, perf, sim_report):
+    summary = run_parameters(parameters, overrides={"vectors": 40, "perf": perf},
+                             log_file=BUILD_ROOT / "pytest-tree_mask-params.log")
+    sim_report(f"tree_mask {parameters}: {summary['vectors']} calls bit-exact, "
+               f"{summary['initiation_interval']:.2f} cycles/request")

@@ -1,0 +1,136 @@
+# amaranth: UnusedElaboratable=no
+"""K7 ``VerifyResult``: parameter validation, Amaranth-simulator unit tests and the
+Verilator regression against ``golden.update_verify_result`` (K6 outputs from the golden
+chain draft round -> K4 -> greedy K6)."""
+
+import numpy as np
+import pytest
+
+import hw.kernels.verify_result as verify_result_module
+from hw.kernels.verify_result import VerifyResult, synthesis_configuration
+from sim.harness import BUILD_ROOT
+from sim.targets import run_target
+from sim.verify_result import PARAMETERS, run_parameters
+from sim.verify_result.pysim import run_on_amaranth
+from sim.verify_result.vectors import (
+    EXAMPLE_CASE,
+    call_from_case,
+    directed_calls,
+    expected,
+    random_call,
+    write_example_case,
+)
+
+SMALL = {"max_draft_tokens": 12, "max_speculative_tokens": 5, "max_batch_size": 40,
+         "token_width": 24, "loc_width": 26, "seq_len_width": 13, "pool_index_width": 6}
+SMALL_PERF = {"batch_size": 8, "verify_num": 12, "max_node_count": 256, "s": 5}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"max_draft_tokens": 0}, "`max_draft_tokens` must be between 1 and 1024, not 0"),
+        ({"max_draft_tokens": 1025},
+         "`max_draft_tokens` must be between 1 and 1024, not 1025"),
+        ({"max_speculative_tokens": 65},
+         "`max_speculative_tokens` must be between 1 and 64, not 65"),
+        ({"max_batch_size": 0}, "`max_batch_size` must be at least 1, not 0"),
+        ({"token_width": 1}, "`token_width` must be between 2 and 64, not 1"),
+        ({"loc_width": 65}, "`loc_width` must be between 1 and 64, not 65"),
+        ({"seq_len_width": 0}, "`seq_len_width` must be between 1 and 63, not 0"),
+        ({"pool_index_width": 64}, "`pool_index_width` must be between 1 and 63, not 64"),
+        ({"max_draft_tokens": 8.0}, "`max_draft_tokens` must be an integer, not 8.0"),
+    ],
+)
+def test_invalid_parameters(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        VerifyResult(**arguments)
+
+
+def test_parameters_and_layouts():
+    dut = VerifyResult(**SMALL)
+    assert {name: getattr(dut, name) for name in SMALL} == SMALL
+    with pytest.raises(AttributeError):
+        dut.max_draft_tokens = 3
+    assert dut.flat_bits == 9  # flat ids < 40 * 12
+    assert dut.cmd_layout.size == 6 + 4 + 3 + 24
+    assert dut.request_layout.size == 3 + 5 * 9 + 6 + 13 + 13
+    assert dut.node_layout.size == 24 + 26 + 2
+    assert dut.commit_layout.size == 8 + 24 + 6 + 13 + 26 + 2  # index < 40 * 5
+    assert dut.result_layout.size == 3 + 24 + 1 + 13 + 8 + 12
+    assert {name: getattr(VerifyResult(), name) for name in PARAMETERS} == PARAMETERS
+    config = synthesis_configuration()
+    config._MustUse__silence = True  # built in hw/kernels, never elaborated here
+    assert (config.max_draft_tokens, config.max_speculative_tokens) == (64, 16)
+
+
+def test_directed_calls_on_amaranth_simulator():
+    calls = directed_calls(12, 5)
+    assert [c.name for c in calls if c.want]  # the scenario checks ran in `expected`
+    run_on_amaranth(SMALL, calls)
+
+
+def test_random_calls_with_idle_and_backpressure_on_amaranth_simulator():
+    rng = np.random.default_rng(4)
+    calls = [random_call(rng, 12, 5) for _ in range(12)] + directed_calls(12, 5)
+    run_on_amaranth(SMALL, calls, idle=0.4, backpressure=0.4, seed=3)
+
+
+def test_smallest_kernel_on_amaranth_simulator():
+    params = {**SMALL, "max_draft_tokens": 1, "max_speculative_tokens": 1}
+    run_on_amaranth(params, directed_calls(1, 1), idle=0.3, backpressure=0.3)
+
+
+def test_late_length_limit_is_caught(monkeypatch):
+    """A walk that finishes one token late on the length limit (``>`` instead of ``>=``)
+    must fail the directed calls that finish by length."""
+    calls = [c for c in directed_calls(12, 5) if "by length" in c.name]
+    assert calls and all(expected(c)["finished"].all() for c in calls)
+    run_on_amaranth(SMALL, calls)
+
+    def late(token, eos_token_id, length, max_seq_len):
+        return ((eos_token_id >= 0) & (token == eos_token_id)) | (length > max_seq_len)
+
+    monkeypatch.setattr(verify_result_module, "request_finishes", late)
+    with pytest.raises(AssertionError, match="differs from the golden|did not finish|announce"):
+        run_on_amaranth(SMALL, calls)
+
+
+def test_example_case_is_current_and_matches_golden(tmp_path):
+    regenerated = tmp_path / "case.txt"
+    write_example_case(regenerated)
+    assert regenerated.read_text() == EXAMPLE_CASE.read_text(), \
+        "rerun `python -m sim.verify_result.vectors`"
+    call, want = call_from_case(EXAMPLE_CASE)
+    assert len(want) == 7 and call.n <= SMALL["max_draft_tokens"]
+    golden = expected(call)
+    for name, values in want.items():
+        assert np.array_equal(np.asarray(golden[name]).reshape(-1), values), name
+    assert golden["finished"].tolist() == [True, False, True, False]  # EOS, -, length, -
+
+
+def test_matches_golden_under_verilator(sim_report):
+    """The test-tier model: the throughput call, the directed calls (unstressed and
+    stressed), random calls with idle and back-pressure."""
+    summary = run_parameters(SMALL, overrides={"vectors": 40, "perf": SMALL_PERF},
+                             log_file=BUILD_ROOT / "pytest-verify_result.log")
+    assert summary["random_vectors"] == 40
+    # n = 12 node records a request, plus the hand-over clock.
+    assert 12.5 <= summary["initiation_interval"] <= 13.5
+    sim_report(f"verify_result {SMALL}: {summary['vectors']} calls ({summary['requests']} "
+               "requests) bit-exact with the golden")
+
+
+def test_case_replay_under_verilator():
+    summary = run_parameters(SMALL, case=EXAMPLE_CASE, overrides={"perf": SMALL_PERF},
+                             log_file=BUILD_ROOT / "pytest-verify_result-case.log")
+    assert summary["vectors"] == 1 and summary["extra"]["expected tensors"] == "7 of 7 checked"
+
+
+@pytest.mark.slow
+def test_make_sim_target_under_verilator(sim_report):
+    """``make sim KERNEL=verify_result``: n = 64, S = 16: n + 1 clocks a request."""
+    summary = run_target("verify_result", log_file=BUILD_ROOT / "pytest-verify_result-full.log")
+    assert 64.5 <= summary["initiation_interval"] <= 65.5
+    sim_report(f"verify_result (make sim): {summary['vectors']} calls bit-exact, "
+               f"{summary['initiation_interval']:.2f} cycles/request at n=64")
