@@ -1,0 +1,185 @@
+"""IEEE-754 binary32 division, bit-exact with numpy ``float32`` ``/``.
+
+Same conventions as ``hw.lib.float32``: round to nearest, ties to even, subnormal operands and
+results kept (no flush to zero), overflow to infinity, the canonical quiet NaN ``0x7FC00000``
+for any NaN operand and for ``0/0`` and ``inf/inf``; ``x/0`` is a signed infinity for ``x != 0``.
+Fully pipelined: one division per clock, a fixed :attr:`Float32Divide.latency`, clock enable
+``en`` freezing the whole pipeline (``hw.lib.pipeline``).
+
+Datapath (restoring division on the normalised significands):
+
+1. Decode, special cases; subnormal significands are normalised (leading-zero count and left
+   shift), so both significands ``A, B`` lie in ``[2^23, 2^24)``; exponent difference.
+2. ``X = A`` if ``A >= B`` else ``2A`` (the exponent drops by one), so ``X / B`` is in ``[1, 2)``.
+3. 25 quotient bits ``Q`` (24 significand bits and the guard bit) by restoring division,
+   ``bits_per_stage`` bits per pipeline stage; the final remainder is the sticky bit.
+4. A quotient below the normal range is shifted right into the subnormal position, shifted-out
+   bits joining the sticky bit (exact: only guard and sticky decide the rounding).
+5. Round to nearest even; the rounding carry ripples into the exponent field (largest
+   subnormal to smallest normal, largest finite to infinity).
+
+No ties can occur in the normal range (a midpoint needs 25 significant bits, a quotient of two
+24-bit significands times an exact divisor cannot have them), but they do occur for subnormal
+results, which the shift-then-round order handles.
+"""
+
+import operator
+
+from amaranth.hdl import Cat, Const, Module, Mux, Value
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .float32 import CANONICAL_NAN, POSITIVE_INFINITY, float32_fields
+from .pipeline import count_leading_zeros, shift_right_sticky, stage
+
+__all__ = ["Float32Divide", "QUOTIENT_BITS", "divide_latency"]
+
+#: Quotient bits produced by the restoring iterations: 24 significand bits and the guard bit.
+QUOTIENT_BITS = 25
+
+
+def divide_latency(bits_per_stage: int = 2) -> int:
+    """:attr:`Float32Divide.latency` for ``bits_per_stage`` (without building a core)."""
+    return 4 + -(-QUOTIENT_BITS // bits_per_stage)
+
+
+def _round_to_nearest_even(exponent_field: Value, significand: Value, guard: Value,
+                           sticky: Value) -> Value:
+    """31-bit magnitude ``{exponent_field, significand[:23]}`` rounded to nearest even (the
+    carry of the increment ripples into the exponent field). Same rule as the private helper
+    of ``hw.lib.float32``, repeated here so that module stays untouched."""
+    truncated = Cat(significand[:23], exponent_field[:8])
+    round_up = guard & (sticky | significand[0])
+    return (truncated + round_up)[:31]
+
+
+class Float32Divide(wiring.Component):
+    """Pipelined float32 division ``a / b``, bit-exact with numpy ``float32`` division.
+
+    Parameters
+    ----------
+    bits_per_stage : int
+        Quotient bits per pipeline stage (keyword, 1..25, default 2): each bit is one 25-bit
+        trial subtraction, chained inside the stage. Sets :attr:`latency`.
+
+    Attributes
+    ----------
+    latency : int
+        Clocks from an operand pair to its quotient: ``4 + ceil(25 / bits_per_stage)`` (17 at
+        the default).
+
+    Members
+    -------
+    en : In(1)
+        Clock enable of the whole pipeline (init 1).
+    a, b : In(32)
+        Dividend and divisor (binary32 bit patterns).
+    result : Out(32)
+        ``a / b`` rounded to nearest even; canonical NaN for NaN operands, ``0/0`` and
+        ``inf/inf``.
+    """
+
+    def __init__(self, *, bits_per_stage: int = 2):
+        try:
+            bits_per_stage = operator.index(bits_per_stage)
+        except TypeError:
+            raise ValueError(f"`bits_per_stage` must be an integer between 1 and "
+                             f"{QUOTIENT_BITS}, not {bits_per_stage!r}") from None
+        if not 1 <= bits_per_stage <= QUOTIENT_BITS:
+            raise ValueError(f"`bits_per_stage` must be between 1 and {QUOTIENT_BITS}, "
+                             f"not {bits_per_stage}")
+        self._bits_per_stage = bits_per_stage
+        super().__init__({
+            "en": In(1, init=1),
+            "a": In(32),
+            "b": In(32),
+            "result": Out(32),
+        })
+
+    @property
+    def bits_per_stage(self) -> int:
+        return self._bits_per_stage
+
+    @property
+    def iteration_stages(self) -> int:
+        """Pipeline stages of the restoring iterations: ``ceil(25 / bits_per_stage)``."""
+        return -(-QUOTIENT_BITS // self._bits_per_stage)
+
+    @property
+    def latency(self) -> int:
+        return divide_latency(self._bits_per_stage)
+
+    def elaborate(self, platform):
+        m = Module()
+        en = self.en
+        a, b = float32_fields(self.a), float32_fields(self.b)
+
+        # Stage 1: specials, sign, normalised significands and the exponent difference.
+        is_nan = a.is_nan | b.is_nan | (a.is_zero & b.is_zero) | (a.is_inf & b.is_inf)
+        is_inf = a.is_inf | b.is_zero
+        is_zero = a.is_zero | b.is_inf
+        sign = a.sign ^ b.sign
+        special_value = Mux(is_nan, CANONICAL_NAN,
+                            Cat(Mux(is_inf, POSITIVE_INFINITY, 0)[:31], sign))
+        lz_a = count_leading_zeros(a.mantissa)
+        lz_b = count_leading_zeros(b.mantissa)
+        # Biased exponent of the quotient of the normalised significands (A/B in (1/2, 2)):
+        # (ea - lz_a) - (eb - lz_b) + 127, in a signed 11-bit field.
+        exponent = (a.exponent_eff - lz_a) - (b.exponent_eff - lz_b) + 127
+        s1_exponent = stage(m, en, exponent.as_signed()[:11].as_signed(), name="s1_exponent")
+        s1_a = stage(m, en, (a.mantissa << lz_a)[:24], name="s1_a")
+        s1_b = stage(m, en, (b.mantissa << lz_b)[:24], name="s1_b")
+        s1_special = stage(m, en, is_nan | is_inf | is_zero, name="s1_special")
+        s1_special_value = stage(m, en, special_value, name="s1_special_value")
+        s1_sign = stage(m, en, sign, name="s1_sign")
+
+        # Stage 2: X/B in [1, 2).
+        below = s1_a < s1_b
+        s2_remainder = stage(m, en, Mux(below, Cat(Const(0, 1), s1_a), Cat(s1_a, Const(0, 1))),
+                             name="s2_remainder")
+        s2_divisor = stage(m, en, s1_b, name="s2_divisor")
+        s2_exponent = stage(m, en, (s1_exponent - below)[:11].as_signed(), name="s2_exponent")
+        passing = [(s1_special, "special"), (s1_special_value, "special_value"),
+                   (s1_sign, "sign")]
+        carried = {name: stage(m, en, value, name=f"s2_{name}") for value, name in passing}
+
+        # Iterations: remainder R < 2B (26 bits), one quotient bit per trial subtraction.
+        remainder, divisor, exponent = s2_remainder, s2_divisor, s2_exponent
+        quotient = Const(0, 0)
+        produced = 0
+        for index in range(self.iteration_stages):
+            for _ in range(min(self._bits_per_stage, QUOTIENT_BITS - produced)):
+                difference = remainder - divisor
+                bit = ~difference[-1]  # remainder >= divisor
+                kept = Mux(bit, difference[:25], remainder[:25])
+                remainder = Cat(Const(0, 1), kept)[:26]
+                quotient = Cat(bit, quotient)
+                produced += 1
+            remainder = stage(m, en, remainder, name=f"d{index}_remainder")
+            quotient = stage(m, en, quotient, name=f"d{index}_quotient")
+            divisor = stage(m, en, divisor, name=f"d{index}_divisor")
+            exponent = stage(m, en, exponent, name=f"d{index}_exponent")
+            carried = {name: stage(m, en, value, name=f"d{index}_{name}")
+                       for name, value in carried.items()}
+
+        # Post 1: normal or subnormal alignment, sticky bit.
+        sticky = remainder.any()
+        is_normal = exponent >= 1
+        right = Mux(is_normal, 0, (1 - exponent)[:10])
+        shifted, lost = shift_right_sticky(quotient, right, max_shift=32)
+        p1_quotient = stage(m, en, shifted, name="p1_quotient")
+        p1_sticky = stage(m, en, sticky | lost, name="p1_sticky")
+        p1_exponent_field = stage(m, en, Mux(is_normal, exponent[:8], 0), name="p1_exponent")
+        p1_overflow = stage(m, en, exponent >= 0xFF, name="p1_overflow")
+        carried = {name: stage(m, en, value, name=f"p1_{name}")
+                   for name, value in carried.items()}
+
+        # Post 2: round.
+        magnitude = _round_to_nearest_even(p1_exponent_field, p1_quotient[1:25],
+                                           guard=p1_quotient[0], sticky=p1_sticky)
+        magnitude = Mux(p1_overflow, POSITIVE_INFINITY, magnitude)
+        m.d.comb += self.result.eq(stage(
+            m, en, Mux(carried["special"], carried["special_value"],
+                       Cat(magnitude[:31], carried["sign"])),
+            name="p2_result"))
+        return m

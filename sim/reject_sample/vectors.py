@@ -1,0 +1,685 @@
+"""Host side of the K6 testbenches: calls, the golden's results, packing and unpacking.
+
+A :class:`Call` is one call of a golden op (``sampling``: ``tree_speculative_sampling_target_
+only``, ``lfsr``: ``draft_tree_reject_sample``, ``greedy``: ``verify_tree_greedy``) with its
+input arrays. :func:`expected` runs the golden on copies of the pre-filled outputs;
+:func:`outputs_from_dut` rebuilds the same arrays from what the kernel streamed out
+(``result`` packets and ``draft_write`` beats), so the two are compared whole, float32 by bit
+pattern (:func:`compare`).
+
+Memory image: request ``b``'s node ``i`` has row ``b*n + i``; row ``r`` starts at word
+``r * row_words`` (``row_words >= ceil(V / lanes)``, sometimes padded); lanes past ``V`` and the
+padding words hold garbage (large positive floats, infinities), which the kernel must ignore.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from golden.reject_sample import (
+    draft_tree_reject_sample,
+    lfsr_coins,
+    tree_speculative_sampling_target_only,
+    verify_tree_greedy,
+)
+
+__all__ = [
+    "Call", "MODES", "expected", "commands", "tree_beats", "MemoryImage", "outputs_from_dut",
+    "compare", "random_tree", "random_probs", "random_call", "directed_calls",
+    "lossless_call", "perf_call", "worst_call", "row_call", "call_from_case", "write_case_file",
+    "f32_bits",
+]
+
+F32 = np.float32
+MODES = ("sampling", "lfsr", "greedy")
+GARBAGE = np.array([3.0e38, np.inf, 7.5, 1.0, 0.25], F32)
+
+
+def f32_bits(value) -> int:
+    """float32 bit pattern of a Python or numpy scalar."""
+    return int(np.array(value, F32).view(np.uint32))
+
+
+@dataclass
+class Call:
+    """One golden call (see module docs). ``row_pad`` words pad every memory row."""
+
+    name: str
+    mode: str
+    candidates: np.ndarray
+    retrive_index: np.ndarray
+    retrive_next_token: np.ndarray
+    retrive_next_sibling: np.ndarray
+    steps: int
+    target_probs: np.ndarray | None = None
+    uniform_samples: np.ndarray | None = None
+    final_coins: np.ndarray | None = None
+    seeds: np.ndarray | None = None
+    target_predict: np.ndarray | None = None
+    threshold_single: float = 1.0
+    threshold_acc: float = 1.0
+    row_pad: int = 0
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def batch_size(self) -> int:
+        return self.candidates.shape[0]
+
+    @property
+    def nodes(self) -> int:
+        return self.candidates.shape[1]
+
+    @property
+    def vocab_size(self) -> int:
+        return 1 if self.target_probs is None else self.target_probs.shape[-1]
+
+    def row_words(self, lanes: int) -> int:
+        return -(-self.vocab_size // lanes) + self.row_pad
+
+    def coins(self):
+        """``(uniform_samples, final coins)`` the call uses (the LFSR's for ``lfsr``)."""
+        if self.mode == "lfsr":
+            return lfsr_coins(self.seeds, self.nodes)
+        if self.mode == "sampling":
+            return self.uniform_samples, self.final_coins
+        b, n = self.candidates.shape
+        return np.zeros((b, n), F32), np.zeros(b, F32)
+
+
+def _blank_outputs(call: Call) -> dict:
+    b, n = call.candidates.shape
+    out = {
+        "predicts": np.full(b * n, -1, np.int32),
+        "accept_index": np.full((b, call.steps), -1, np.int32),
+        "accept_token_num": np.full(b, -1, np.int32),
+    }
+    if call.mode != "greedy":
+        out["draft_probs"] = np.zeros_like(call.target_probs)
+    return out
+
+
+def expected(call: Call) -> dict:
+    """The golden's outputs for ``call`` (on pre-filled arrays: -1, draft zeros)."""
+    out = _blank_outputs(call)
+    links = (call.candidates, call.retrive_index, call.retrive_next_token,
+             call.retrive_next_sibling)
+    head = (out["predicts"], out["accept_index"], out["accept_token_num"], *links)
+    if call.mode == "greedy":
+        verify_tree_greedy(*head, call.target_predict)
+    elif call.mode == "lfsr":
+        draft_tree_reject_sample(*head, call.seeds, call.target_probs, out["draft_probs"],
+                                 call.threshold_single, call.threshold_acc)
+    else:
+        tree_speculative_sampling_target_only(
+            *head, call.uniform_samples, call.final_coins, call.target_probs,
+            out["draft_probs"], call.threshold_single, call.threshold_acc)
+    return out
+
+
+def commands(call: Call, lanes: int) -> list[dict]:
+    """``cmd`` beat fields of every request of ``call``."""
+    b, n = call.candidates.shape
+    row_words = call.row_words(lanes)
+    coins, finals = call.coins()
+    result = []
+    for req in range(b):
+        result.append({
+            "greedy": int(call.mode == "greedy"),
+            "lfsr": int(call.mode == "lfsr"),
+            "nodes": n,
+            "steps": call.steps,
+            "vocab_size": call.vocab_size,
+            "row_address": req * n * row_words,
+            "row_words": row_words,
+            "seed": int(call.seeds[req]) if call.mode == "lfsr" else 0,
+            "final_coin": f32_bits(finals[req]) if call.mode == "sampling" else 0,
+            "threshold_single": f32_bits(call.threshold_single),
+            "threshold_acc": f32_bits(call.threshold_acc),
+        })
+    return result
+
+
+def tree_beats(call: Call, req: int) -> list[dict]:
+    """``tree`` beat fields of request ``req`` (position order)."""
+    n = call.nodes
+    coins = call.uniform_samples if call.mode == "sampling" else None
+    beats = []
+    for i in range(n):
+        predict = 0
+        if call.mode == "greedy":
+            predict = int(call.target_predict.reshape(-1)[call.retrive_index[req, i]])
+        beats.append({
+            "candidate": int(call.candidates[req, i]),
+            "index": int(call.retrive_index[req, i]),
+            "next_token": int(call.retrive_next_token[req, i]),
+            "next_sibling": int(call.retrive_next_sibling[req, i]),
+            "coin": f32_bits(coins[req, i]) if coins is not None else 0,
+            "predict": predict,
+            "first": int(i == 0),
+            "last": int(i == n - 1),
+        })
+    return beats
+
+
+class MemoryImage:
+    """``target_probs`` of a call as ``lanes``-wide words (see module docs), read lazily."""
+
+    def __init__(self, call: Call, lanes: int, *, seed: int = 0):
+        self.lanes = lanes
+        self.row_words = call.row_words(lanes)
+        self.vocab = call.vocab_size
+        b, n = call.candidates.shape
+        self.rows = b * n
+        if call.target_probs is None:
+            self.flat = np.zeros((self.rows, 1), F32)
+        else:
+            self.flat = call.target_probs.reshape(self.rows, -1)
+        self.size = self.rows * self.row_words
+        self._garbage = np.random.default_rng(seed).choice(GARBAGE, size=4 * lanes)
+
+    def word(self, address: int) -> list[int]:
+        """The ``lanes`` float32 bit patterns at word ``address``."""
+        if not 0 <= address < self.size:
+            raise AssertionError(f"read of word {address} outside the {self.size} words of "
+                                 "target_probs")
+        row, offset = divmod(address, self.row_words)
+        start = offset * self.lanes
+        values = self._garbage[(address % 3) * self.lanes:][:self.lanes].copy()
+        if start < self.vocab:
+            chunk = self.flat[row, start:start + self.lanes]
+            values[:chunk.size] = chunk
+        return [int(v) for v in values.view(np.uint32)]
+
+    def element(self, address: int, lane: int) -> tuple[int, int]:
+        """``(row, j)`` of element ``lane`` of word ``address`` (for draft writes)."""
+        row, offset = divmod(address, self.row_words)
+        return row, offset * self.lanes + lane
+
+
+def outputs_from_dut(call: Call, memory: MemoryImage, packets: list[list[dict]],
+                     writes: list[dict]) -> dict:
+    """The output arrays rebuilt from the kernel's ``result`` packets (one list of beats per
+    request, in order) and ``draft_write`` beats, on the same pre-filled arrays."""
+    out = _blank_outputs(call)
+    b = call.batch_size
+    assert len(packets) == b, f"{len(packets)} result packets for {b} requests"
+    for req, beats in enumerate(packets):
+        assert beats[0]["first"] and beats[-1]["last"], f"request {req}: bad packet framing"
+        assert not any(beat["last"] for beat in beats[:-1]), f"request {req}: early last"
+        assert not beats[-1]["error"], f"request {req}: the kernel flagged a link cycle"
+        assert len(beats) <= call.steps, f"request {req}: {len(beats)} beats for S={call.steps}"
+        for k, beat in enumerate(beats):
+            out["accept_index"][req, k] = beat["index"]
+            out["predicts"][beat["index"]] = np.array(beat["token"], np.uint32).view(np.int32)
+        out["accept_token_num"][req] = len(beats) - 1
+    if call.mode == "greedy":
+        assert not writes, f"greedy verify wrote {len(writes)} draft_probs elements"
+    else:
+        flat = out["draft_probs"].reshape(memory.rows, -1)
+        for write in writes:
+            row, j = memory.element(write["address"], write["lane"])
+            assert row < memory.rows and j < memory.vocab, f"draft write outside: {write}"
+            flat[row, j] = np.array(write["value"], np.uint32).view(F32)
+    return out
+
+
+def compare(call: Call, actual: dict, wanted: dict) -> list[str]:
+    """Differences between two output sets (float32 by bit pattern); empty when equal."""
+    problems = []
+    for name, want in wanted.items():
+        got = actual[name]
+        a = got.view(np.uint32) if got.dtype == F32 else got
+        w = want.view(np.uint32) if want.dtype == F32 else want
+        if not np.array_equal(a, w):
+            bad = np.argwhere(a != w)
+            where = ", ".join(f"{tuple(int(x) for x in i)}: {got[tuple(i)]!r} != "
+                              f"{want[tuple(i)]!r}" for i in bad[:4])
+            problems.append(f"{call.name}: {name} differs at {len(bad)} places ({where})")
+    return problems
+
+
+# --- generators -------------------------------------------------------------------------------
+
+
+def random_tree(rng, n: int, *, max_depth: int = 8, style: str | None = None):
+    """SGLang-format links of one tree of ``n`` positions (children in ascending position).
+
+    ``style``: ``uniform`` (parent uniform among shallow enough nodes), ``deep`` (mostly the
+    latest node: chains), ``wide`` (mostly the root or its children), ``mixed`` (any).
+    """
+    style = style or rng.choice(["uniform", "deep", "wide", "mixed"])
+    nxt = np.full(n, -1, np.int64)
+    sib = np.full(n, -1, np.int64)
+    depth = np.zeros(n, np.int64)
+    last_child = {}
+    for i in range(1, n):
+        allowed = np.nonzero(depth[:i] < max_depth)[0]
+        if style == "deep" and rng.random() < 0.8 and depth[i - 1] < max_depth:
+            parent = i - 1
+        elif style == "wide" and rng.random() < 0.8:
+            shallow = allowed[depth[allowed] <= 1]
+            parent = int(rng.choice(shallow))
+        elif style == "mixed" and rng.random() < 0.5:
+            parent = int(allowed[-min(len(allowed), 3):][rng.integers(0, min(len(allowed), 3))])
+        else:
+            parent = int(rng.choice(allowed))
+        depth[i] = depth[parent] + 1
+        if parent in last_child:
+            sib[last_child[parent]] = i
+        else:
+            nxt[parent] = i
+        last_child[parent] = i
+    return nxt, sib
+
+
+def random_probs(rng, shape, *, kind: str | None = None) -> np.ndarray:
+    """float32 probability rows: smooth, peaked, sparse, dyadic (ties), one-hot, tiny."""
+    kind = kind or rng.choice(["smooth", "peaked", "sparse", "dyadic", "onehot", "tiny"])
+    if kind == "smooth":
+        p = rng.random(shape)
+    elif kind == "peaked":
+        p = rng.random(shape) ** 12
+    elif kind == "sparse":
+        p = rng.random(shape) * (rng.random(shape) < 0.15)
+    elif kind == "dyadic":
+        p = rng.integers(0, 4, shape) / 8.0
+    elif kind == "onehot":
+        p = np.zeros(shape)
+        flat = p.reshape(-1, shape[-1])
+        flat[np.arange(flat.shape[0]), rng.integers(0, shape[-1], flat.shape[0])] = 1.0
+    else:
+        p = rng.random(shape) * 2.0 ** -rng.integers(100, 149, shape)
+    p = p.astype(np.float64)
+    if kind not in ("dyadic", "onehot", "tiny"):
+        total = p.sum(axis=-1, keepdims=True)
+        p = np.where(total > 0, p / np.where(total > 0, total, 1), 0)
+    return p.astype(F32)
+
+
+def _coins(rng, target, candidates, nxt, shape, *, edges: bool):
+    coins = rng.random(shape, dtype=np.float32)
+    if edges:
+        b, n = shape
+        for req in range(b):
+            for i in range(n):
+                pick = rng.random()
+                child = nxt[req, i]
+                if pick < 0.25 and child >= 0:
+                    # Exactly the first child's probability: coin == prob_acc.
+                    coins[req, i] = target[req, i, candidates[req, child]]
+                elif pick < 0.3:
+                    coins[req, i] = 0.0
+                elif pick < 0.35:
+                    coins[req, i] = 1.0
+    return coins
+
+
+def random_call(rng, *, name: str, max_nodes: int = 64, max_steps: int = 8, lanes: int = 8,
+                max_vocab: int = 300, mode: str | None = None, batch: int | None = None,
+                nodes: int | None = None) -> Call:
+    """A random call: random trees (depth <= 8), distributions, coins, thresholds."""
+    mode = mode or rng.choice(MODES, p=[0.5, 0.3, 0.2])
+    b = batch or int(rng.integers(1, 4))
+    n = nodes or int(rng.choice([1, 2, 3, int(rng.integers(1, max_nodes + 1)), max_nodes]))
+    s = int(rng.integers(1, max_steps + 1))
+    vocab = max(1, int(rng.choice([1, 2, lanes - 1, lanes, lanes + 1,
+                                   int(rng.integers(1, max_vocab + 1))])))
+    nxt = np.empty((b, n), np.int64)
+    sib = np.empty((b, n), np.int64)
+    for req in range(b):
+        nxt[req], sib[req] = random_tree(rng, n)
+    ridx = np.arange(b * n, dtype=np.int64).reshape(b, n)
+    if rng.random() < 0.2:
+        ridx = rng.permutation(b * n).astype(np.int64).reshape(b, n)
+    if mode == "greedy":
+        token_space = int(rng.choice([4, 50, 2**31 - 1]))
+        candidates = rng.integers(0, token_space, (b, n), dtype=np.int64)
+        predict = rng.integers(0, token_space, b * n, dtype=np.int64)
+        # Make acceptances likely: the target's argmax at a node is often a child's token.
+        for req in range(b):
+            for i in range(n):
+                child = nxt[req, i]
+                if child >= 0 and rng.random() < 0.6:
+                    kids = [child]
+                    while sib[req, kids[-1]] >= 0:
+                        kids.append(sib[req, kids[-1]])
+                    predict[ridx[req, i]] = candidates[req, rng.choice(kids)]
+        return Call(name, mode, candidates, ridx, nxt, sib, s, target_predict=predict)
+    target = random_probs(rng, (b, n, vocab))
+    if rng.random() < 0.2:  # subnormals and infinities
+        spots = rng.random(target.shape) < 0.05
+        target[spots] = rng.choice(np.array([np.inf, 1e-42, 3e38, 0.0], F32), spots.sum())
+    candidates = rng.integers(0, vocab, (b, n), dtype=np.int64)
+    if rng.random() < 0.3:  # sibling ties: repeated tokens
+        candidates = rng.integers(0, min(vocab, 3), (b, n), dtype=np.int64)
+    single, acc = [(1.0, 1.0), (0.0, 0.0), (0.3, 0.7), (1.0, 0.5), (0.9, 1.0),
+                   (1.0, 1e-12), (0.05, 0.999)][int(rng.integers(0, 7))]
+    call = Call(name, mode, candidates, ridx, nxt, sib, s, target_probs=target,
+                threshold_single=single, threshold_acc=acc, row_pad=int(rng.integers(0, 3)))
+    if mode == "lfsr":
+        call.seeds = rng.integers(0, 2**32, b, dtype=np.uint64).astype(np.int64)
+    else:
+        call.uniform_samples = _coins(rng, target, candidates, nxt, (b, n),
+                                      edges=rng.random() < 0.5)
+        finals = rng.random(b, dtype=np.float32)
+        for req in range(b):
+            if rng.random() < 0.2:
+                finals[req] = rng.choice(np.array([0.0, 1.0, -0.5, np.nan, 0.999999], F32))
+        call.final_coins = finals
+    return call
+
+
+def _tree_from_children(n: int, children: dict):
+    nxt = np.full(n, -1, np.int64)
+    sib = np.full(n, -1, np.int64)
+    for parent, kids in children.items():
+        nxt[parent] = kids[0]
+        for a, c in zip(kids, kids[1:], strict=False):
+            sib[a] = c
+    return nxt, sib
+
+
+def _sampling_call(name, children, n, steps, target, candidates, coins, finals, *,
+                   single=1.0, acc=1.0, row_pad=0) -> Call:
+    nxt, sib = _tree_from_children(n, children)
+    b = target.shape[0]
+    return Call(name, "sampling", np.asarray(candidates, np.int64).reshape(b, n),
+                np.arange(b * n, dtype=np.int64).reshape(b, n),
+                np.tile(nxt, (b, 1)), np.tile(sib, (b, 1)), steps,
+                target_probs=target.astype(F32),
+                uniform_samples=np.asarray(coins, F32).reshape(b, n),
+                final_coins=np.asarray(finals, F32).reshape(b),
+                threshold_single=single, threshold_acc=acc, row_pad=row_pad)
+
+
+def directed_calls(lanes: int = 8, max_nodes: int = 64, max_steps: int = 8) -> list[Call]:
+    """The directed cases: single node, chain, star, all rejected, all accepted, ties,
+    probability equal to the coin, ``V`` not a multiple of ``lanes``, threshold corners,
+    final-coin corners (0, 1, negative, NaN), empty and infinite residuals, greedy."""
+    rng = np.random.default_rng(1234)
+    calls = []
+    vocab = 3 * lanes + 3  # not a multiple of the lanes
+    s = min(max_steps, 8)
+
+    # Single-node trees: the root row's residual straight away (S = 1 and S = 5).
+    for steps in (1, min(5, max_steps)):
+        target = random_probs(rng, (2, 1, vocab), kind="smooth")
+        calls.append(_sampling_call(f"single node S={steps}", {}, 1, steps, target,
+                                    [[3], [vocab - 1]], [[0.5], [0.2]], [0.3, 0.9]))
+
+    # Chain 0 -> 1 -> ... : coins 0 accept every node (all accepted, S - 1 of them).
+    n = min(max_nodes, 10)
+    chain = {i: [i + 1] for i in range(n - 1)}
+    target = random_probs(rng, (1, n, vocab), kind="smooth")
+    calls.append(_sampling_call("chain, all accepted", chain, n, s, target,
+                                rng.integers(0, vocab, n), np.zeros(n), [0.7]))
+    # The same chain, coins 1: the first child is rejected, the residual masks it.
+    calls.append(_sampling_call("chain, all rejected", chain, n, s, target,
+                                rng.integers(0, vocab, n), np.ones(n), [0.7]))
+
+    # Star: root with n - 1 children, all rejected (coin 1 above every partial sum).
+    n = min(max_nodes, 12)
+    star = {0: list(range(1, n))}
+    target = random_probs(rng, (1, n, vocab), kind="peaked") * np.float32(0.5)
+    candidates = np.arange(n) % vocab
+    calls.append(_sampling_call("star, all rejected", star, n, s, target, candidates,
+                                np.ones(n), [0.4]))
+    # Star with the last child accepted through a coin equal to the partial sum.
+    partial = np.add.accumulate(target[0, 0, candidates[1:]])
+    coins = np.ones(n, F32)
+    coins[0] = partial[-1]
+    calls.append(_sampling_call("star, coin == prob_acc", star, n, s, target, candidates,
+                                coins, [0.6]))
+
+    # Ties: a dyadic row, repeated candidate tokens, equal partial sums.
+    n = min(max_nodes, 7)
+    tree = {0: [1, 2, 3], 1: [4, 5], 2: [6]} if n >= 7 else {0: list(range(1, n))}
+    target = np.tile(np.float32(1 / 8), (1, n, vocab)).astype(F32)
+    target[0, :, :2] = 0.25
+    calls.append(_sampling_call("ties", tree, n, s, target, [0, 1, 1, 1, 0, 0, 2][:n],
+                                np.full(n, 0.375), [0.5]))
+
+    # q == coin exactly (the first child's own probability).
+    target = random_probs(rng, (1, n, vocab), kind="dyadic")
+    target[0, 0, 5] = 0.375
+    calls.append(_sampling_call("q == coin", tree, n, s, target, [5] * n,
+                                [0.375] * n, [0.25]))
+
+    # Thresholds: (1, 1), (0, 0) and in between, same random tree and coins.
+    n = min(max_nodes, 16)
+    nxt, sib = random_tree(rng, n, style="uniform")
+    children = {}
+    for i in range(n):
+        kid = nxt[i]
+        while kid >= 0:
+            children.setdefault(i, []).append(int(kid))
+            kid = sib[kid]
+    target = random_probs(rng, (2, n, vocab), kind="smooth")
+    coins = rng.random((2, n), dtype=np.float32)
+    cands = rng.integers(0, vocab, (2, n))
+    for single, acc in ((1.0, 1.0), (0.0, 0.0), (0.5, 0.25), (1.0, 0.75), (0.02, 1.0),
+                        (1.0, 1e-12)):
+        calls.append(_sampling_call(f"thresholds ({single}, {acc})", children, n, s, target,
+                                    cands, coins, [0.5, 0.8], single=single, acc=acc))
+
+    # Final coins: 0, 1 (fallback: last positive), negative (first positive), NaN.
+    target = random_probs(rng, (4, 1, vocab), kind="sparse")
+    calls.append(_sampling_call("final coin corners", {}, 1, 1, target, [[0]] * 4,
+                                np.zeros((4, 1)), [0.0, 1.0, -0.5, np.nan]))
+    # Residual all zero (V - 1), with infinities, subnormals; V = 1; V = lanes.
+    target = np.zeros((3, 1, vocab), F32)
+    target[1, 0, 3] = np.inf
+    target[1, 0, 7] = 2.0
+    target[2, 0, ::3] = np.float32(1e-44)
+    calls.append(_sampling_call("empty, infinite and subnormal residuals", {}, 1, 1, target,
+                                [[0]] * 3, np.zeros((3, 1)), [0.5, 0.5, 0.7]))
+    for v in (1, lanes, lanes + 1):
+        target = random_probs(rng, (1, 3, v), kind="smooth")
+        calls.append(_sampling_call(f"V = {v}", {0: [1, 2]}, 3, s, target, [0, 0, v - 1],
+                                    [0.9, 0.1, 0.5], [0.5], row_pad=1))
+    # Running sums that round up into the next binade and tie exactly (half an ulp).
+    row = np.zeros((1, 1, vocab), F32)
+    row[0, 0, :10] = [1 - 2**-24, 2**-25 + 2**-40, 2**-24, 2**-24, 2**-23, 2**-24, 0.5,
+                      2**-24, 2**-25, 3 * 2**-25]
+    calls.append(_sampling_call("binade roll and sum ties", {}, 1, 1, np.tile(row, (2, 1, 1)),
+                                [[0], [0]], np.zeros((2, 1)), [0.99999994, 0.6]))
+    # A rejected sibling that is the only positive element: the residual must mask it.
+    target = np.zeros((1, 3, vocab), F32)
+    target[0, 0, 4] = 0.25
+    calls.append(_sampling_call("masked only positive", {0: [1, 2]}, 3, s, target, [4, 4, 4],
+                                [0.75, 0.5, 0.5], [0.3]))
+
+    # Greedy: chain accepted to S - 1, star with the match last, no match.
+    n = min(max_nodes, 9)
+    chain = {i: [i + 1] for i in range(n - 1)}
+    nxt, sib = _tree_from_children(n, chain)
+    cands = np.arange(100, 100 + n, dtype=np.int64)
+    predict = np.append(cands[1:], 7)
+    calls.append(Call("greedy chain", "greedy", cands[None], np.arange(n)[None], nxt[None],
+                      sib[None], s, target_predict=predict))
+    star = {0: list(range(1, n))}
+    nxt, sib = _tree_from_children(n, star)
+    predict = np.full(n, 2**31 - 1, np.int64)
+    predict[0] = cands[-1]
+    calls.append(Call("greedy star, match last", "greedy", cands[None], np.arange(n)[None],
+                      nxt[None], sib[None], s, target_predict=predict))
+    predict[0] = 5
+    calls.append(Call("greedy star, no match", "greedy", cands[None], np.arange(n)[None],
+                      nxt[None], sib[None], s, target_predict=predict))
+    calls.append(Call("greedy single node", "greedy", np.array([[9]]), np.array([[0]]),
+                      np.array([[-1]]), np.array([[-1]]), s, target_predict=np.array([4])))
+    return calls
+
+
+def lossless_call(rng, trials: int) -> Call:
+    """The golden's lossless-check tree (root -> 1, 2, 3; 1 -> 4, 5; 2 -> 6; V = 8, S = 3,
+    distinct sibling tokens), ``trials`` requests with LFSR coins from distinct random seeds
+    and random rows."""
+    children = {0: [1, 2, 3], 1: [4, 5], 2: [6]}
+    nxt, sib = _tree_from_children(7, children)
+    target = random_probs(rng, (trials, 7, 8), kind="smooth")
+    cands = np.array([0, 1, 2, 3, 4, 5, 6], np.int64)
+    seeds = rng.choice(2**32, size=trials, replace=False).astype(np.int64)
+    return Call("lossless tree, LFSR coins", "lfsr", np.tile(cands, (trials, 1)),
+                np.arange(trials * 7, dtype=np.int64).reshape(trials, 7),
+                np.tile(nxt, (trials, 1)), np.tile(sib, (trials, 1)), 3,
+                target_probs=target, seeds=seeds)
+
+
+def perf_call(rng, *, requests: int, nodes: int = 64, steps: int = 8, vocab: int = 64,
+              acc: float = 1.0) -> Call:
+    """The traversal figure: ``requests`` random trees of ``nodes`` positions (depth <= 8) drafted
+    like EAGLE: a node's children carry the most probable tokens of its target row, in
+    descending order (peaked softmax rows), uniform coins; so acceptances happen at realistic
+    rates."""
+    b, n = requests, nodes
+    nxt = np.empty((b, n), np.int64)
+    sib = np.empty((b, n), np.int64)
+    logits = rng.standard_normal((b, n, vocab)) * 2.5
+    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    target = (p / p.sum(axis=-1, keepdims=True)).astype(F32)
+    candidates = np.zeros((b, n), np.int64)
+    for req in range(b):
+        nxt[req], sib[req] = random_tree(rng, n, style="uniform")
+        for parent in range(n):
+            order = np.argsort(-target[req, parent], kind="stable")
+            child, rank = nxt[req, parent], 0
+            while child >= 0:
+                candidates[req, child] = order[rank % vocab]
+                child, rank = sib[req, child], rank + 1
+    return Call(f"traversal n={n}", "sampling", candidates,
+                np.arange(b * n, dtype=np.int64).reshape(b, n), nxt, sib, steps,
+                target_probs=target, uniform_samples=rng.random((b, n), dtype=np.float32),
+                final_coins=rng.random(b, dtype=np.float32), threshold_acc=acc)
+
+
+def worst_call(*, nodes: int = 64, steps: int = 8, vocab: int = 64) -> Call:
+    """The longest walk ``nodes`` positions allow at ``S = steps``: ``steps - 1`` levels of
+    ``(nodes - 1) / (steps - 1)`` siblings where every sibling but the last is rejected and the
+    last is accepted (dyadic probabilities 1/64, coin = siblings/64: the sums are exact), so
+    every node is visited and ``steps - 1`` are accepted."""
+    levels = steps - 1
+    width = (nodes - 1) // levels
+    n = 1 + levels * width
+    children, parent = {}, 0
+    for level in range(levels):
+        first = 1 + level * width
+        children[parent] = list(range(first, first + width))
+        parent = first + width - 1
+    target = np.full((1, n, vocab), 1 / 64, F32)
+    coins = np.full(n, width / 64, F32)
+    candidates = np.arange(n) % vocab
+    return _sampling_call(f"worst case: {n - 1} visits, {levels} accepted", children, n, steps,
+                          target, candidates, coins, [0.5])
+
+
+def row_call(rng, *, vocab: int) -> Call:
+    """The final-row figure: one single-node request whose residual is a softmax row of
+    ``vocab`` elements (every element positive)."""
+    logits = rng.standard_normal(vocab) * 3.0
+    p = np.exp(logits - logits.max())
+    target = (p / p.sum()).astype(F32).reshape(1, 1, vocab)
+    return Call(f"final row V={vocab}", "sampling", np.zeros((1, 1), np.int64),
+                np.zeros((1, 1), np.int64), np.full((1, 1), -1), np.full((1, 1), -1), 1,
+                target_probs=target, uniform_samples=np.zeros((1, 1), F32),
+                final_coins=np.array([0.6180339], F32))
+
+
+def call_from_case(path) -> Call:
+    """A call from a case file (``golden.cases`` format, ``meta B n S V``) holding the
+    arrays of a ``tree_speculative_sampling_target_only`` call: ``candidates``,
+    ``retrive_index``, ``retrive_next_token``, ``retrive_next_sibling``, ``uniform_samples``,
+    ``uniform_samples_for_final_sampling``, ``target_probs``, optional ``threshold_single`` and
+    ``threshold_acc``; or ``seeds`` instead of the two coin arrays (``draft_tree_reject_sample``),
+    or ``target_predict`` instead of coins and probabilities (``verify_tree_greedy``). Expected
+    outputs, when present (``expected_predicts``, ``expected_accept_index``,
+    ``expected_accept_token_num``, ``expected_draft_probs``), go into ``notes["expected"]``."""
+    from golden.cases import read_case
+
+    case = read_case(path, meta_has_count=True)
+    if len(case.meta) < 3:
+        raise ValueError(f"case {path}: `meta` must be `B n S [V]`, not {case.meta}")
+    b, n, s = case.meta[:3]
+    vocab = case.meta[3] if len(case.meta) > 3 else 1
+
+    def ints(name):
+        return case.i64(name).reshape(b, n)
+
+    links = (ints("candidates"), ints("retrive_index"), ints("retrive_next_token"),
+             ints("retrive_next_sibling"))
+    name = f"case {path}"
+    if "target_predict" in case:
+        call = Call(name, "greedy", *links, s, target_predict=case.i64("target_predict"))
+    else:
+        call = Call(name, "lfsr" if "seeds" in case else "sampling", *links, s,
+                    target_probs=case.f32("target_probs").reshape(b, n, vocab))
+        for key in ("threshold_single", "threshold_acc"):
+            if key in case:
+                setattr(call, key, float(case.f32(key)[0]))
+        if "seeds" in case:
+            call.seeds = case.i64("seeds").reshape(b)
+        else:
+            call.uniform_samples = case.f32("uniform_samples").reshape(b, n)
+            call.final_coins = case.f32("uniform_samples_for_final_sampling").reshape(b)
+    wanted = {}
+    for key, dtype, shape in (("predicts", np.int32, (-1,)), ("accept_index", np.int32, (b, s)),
+                              ("accept_token_num", np.int32, (b,)),
+                              ("draft_probs", F32, (b, n, vocab))):
+        if f"expected_{key}" in case:
+            values = case.f32(f"expected_{key}") if dtype == F32 else case.i64(f"expected_{key}")
+            wanted[key] = values.astype(dtype).reshape(shape)
+    call.notes["expected"] = wanted
+    return call
+
+
+def write_case_file(path, call: Call, *, with_expected: bool = True) -> None:
+    """Write ``call`` (and the golden's outputs) as a case file :func:`call_from_case` reads."""
+    from golden.cases import write_case
+
+    b, n = call.candidates.shape
+    tensors = {"meta": np.array([b, n, call.steps, call.vocab_size], np.int64),
+               "candidates": call.candidates, "retrive_index": call.retrive_index,
+               "retrive_next_token": call.retrive_next_token,
+               "retrive_next_sibling": call.retrive_next_sibling}
+    if call.mode == "greedy":
+        tensors["target_predict"] = call.target_predict
+    else:
+        if call.mode == "lfsr":
+            tensors["seeds"] = call.seeds
+        else:
+            tensors["uniform_samples"] = call.uniform_samples
+            tensors["uniform_samples_for_final_sampling"] = call.final_coins
+        tensors["target_probs"] = call.target_probs
+        tensors["threshold_single"] = np.array([call.threshold_single], F32)
+        tensors["threshold_acc"] = np.array([call.threshold_acc], F32)
+    if with_expected:
+        for key, value in expected(call).items():
+            tensors[f"expected_{key}"] = value
+    write_case(path, tensors, header=f"K6 reject_sample case ({call.mode}): {call.name}")
+
+
+def main(argv=None) -> int:
+    """``python -m sim.reject_sample.vectors [PATH] [--mode MODE] [--seed N]``: write a random
+    K6 case file (with the golden's expected outputs) for ``make sim KERNEL=reject_sample
+    CASE=PATH``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m sim.reject_sample.vectors",
+                                     description=main.__doc__)
+    parser.add_argument("path", nargs="?", default="build/sim/reject_sample_example_case.txt")
+    parser.add_argument("--mode", choices=MODES, default="sampling")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    call = random_call(np.random.default_rng(args.seed), name="example", mode=args.mode,
+                       batch=2, nodes=64)
+    from pathlib import Path
+
+    Path(args.path).parent.mkdir(parents=True, exist_ok=True)
+    write_case_file(args.path, call)
+    print(f"wrote {args.path} ({call.mode}, B={call.batch_size}, n={call.nodes}, "
+          f"S={call.steps}, V={call.vocab_size})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
