@@ -9,7 +9,7 @@ from pathlib import Path
 from .harness import build_model, run_testbench
 
 __all__ = ["SimTarget", "UnknownTargetError", "discover_targets", "run_target", "target",
-           "NotMeasured", "port_bytes", "MEASUREMENT_KEYS"]
+           "NotMeasured", "port_bytes"]
 
 DEFAULT_SEED = 1
 
@@ -120,10 +120,6 @@ def run_target(name: str, *, seed: int | None = None, waves: bool = False,
     model = build_model(sim_target.make_dut(), name=name, waves=waves, log=log)
     return run_testbench(model, sim_target.testbench, config,
                          seed=DEFAULT_SEED if seed is None else seed, log_file=log_file)
-
-
-#: Keys every ``SimTarget.measure`` result has (all non-negative integers).
-MEASUREMENT_KEYS = ("cycles", "bytes_in", "bytes_out", "operations")
 
 
 class NotMeasured(Exception):
