@@ -26,7 +26,11 @@ __all__ = ["BUILD_ROOT", "SimulationError", "VerilatorModel", "build_model", "ru
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_ROOT = REPO_ROOT / "build" / "sim"
 CONFIG_ENV = "EAGLE_SIM_CONFIG"
-VERILATOR_ARGS = ("-Wno-fatal", "-O3", "--x-assign", "fast", "--x-initial", "fast")
+# -fno-inline keeps every Verilog module a C++ class of its own: Amaranth writes a module per
+# component instance, and a kernel with 64 multipliers inlined into one class was 142 MB of
+# C++ (about an hour of g++ here); kept apart it is 41 MB, 7 minutes, and simulates faster.
+VERILATOR_ARGS = ("-Wno-fatal", "-O3", "--x-assign", "fast", "--x-initial", "fast",
+                  "-fno-inline")
 
 _run_counter = itertools.count()
 
