@@ -1,0 +1,555 @@
+"""K5 ``convert_logits_to_probas`` in hardware (docs/kernels.md §7), bit-exact with
+``golden.logits_to_probas`` (the golden *is* the specification of this algorithm).
+
+One request is one ``cmd`` beat (temperature ``T``, vocabulary ``V``, rows ``n``) followed by
+``n`` rows of ``V`` logits on ``logits``, ``lanes`` elements per beat (``ceil(V / lanes)``
+beats per row; lanes past ``V`` in the last beat are ignored). Every row yields one
+``predict`` beat, its argmax (lowest index on ties, ``first``/``last`` mark the request's
+first and last row). A *sampling* row (``T >= GREEDY_TEMPERATURE``) also yields its
+probabilities on ``probs``, one packet of ``ceil(V / lanes)`` beats (``first``/``last`` mark
+the row; lanes past ``V`` are ``+0.0``); a *greedy* row (``T < 1e-6``, ``T = 0`` included)
+yields no ``probs`` beats: its probability row is the one-hot of its argmax, which the host
+(or the next kernel) reconstructs from ``predict``. Requests are processed one after the
+other, rows one after the other.
+
+Phases of a row
+---------------
+
+1. **Ingest** (one beat per clock): the beat is converted to float32 (``bfloat16`` input:
+   ``bits << 16``, exact), written to the on-chip row buffer (``ceil(max_vocab_size /
+   lanes)`` words of ``lanes`` float32: URAM-sized at 131072 elements) and folded into the
+   running maximum ``m`` and its first index (float32 order keys, a strict ``>``, lanes in
+   index order). The logits are read from the input stream exactly once.
+2. **Predict**: one ``predict`` beat. Greedy rows end here.
+3. **Exp** (one word per clock, fully pipelined, 127 clocks deep): per lane the
+   golden's exact float32 operation sequence (``TwoSum(l, -m)``, ``TwoProd(d_hi, C_hi)`` with
+   Veltkamp's 4097 splitter, ``FastTwoSum``, the 64-entry ``2^(j/64)`` ROM, the cubic, and
+   ``(s * 2^max(n, -100)) * 2^(n - max(n, -100))``), built with
+   ``hw.lib.float32_dataflow.Float32Dataflow``: one ``Float32Add`` / ``Float32Multiply`` per
+   golden operation, delay lines balanced automatically. ``e_j`` overwrites ``l_j`` in the
+   buffer and ``floor(e_j * 2^64)`` is added to an exact integer accumulator of
+   ``ceil(log2(max_vocab_size)) + 65`` bits. An all ``-inf`` row gets ``e = 1`` everywhere
+   (the golden's rule).
+4. **Row constant** (sequenced, ``hw.lib.float32_dataflow.Float32Sequencer``: one shared
+   adder and multiplier): ``S_hi``/``S_lo`` (the accumulator rounded to nearest even, then
+   the remainder), the golden's ``recip`` (128-entry seed ROM, two Newton steps, float-float
+   correction) and ``inv = R_hi + R_lo``.
+5. **Output** (one word per clock, back-pressured): ``p_j = e_j * inv``.
+
+Per request, for sampling requests only, the same sequencer computes ``recip(T)``,
+``(C_hi, C_lo)`` = ``log2(e) / T`` as the golden's ``_scale_c`` and the Veltkamp split of
+``C_hi`` (the constant operand of every element's ``TwoProd``).
+
+The row is held in the buffer between the passes, so a sampling row takes about
+``3 * ceil(V / lanes)`` clocks plus the exp pipeline's depth and the row program (324 clocks);
+a greedy row ``ceil(V / lanes)`` plus a few. ``top_k`` is not implemented in hardware
+(docs/decisions.md, "K5 hardware").
+
+Operations per sampling element (the budget's ``operations``): the exp pipeline's float32
+adds and multiplies (26 + 16, :meth:`LogitsToProbas.exp_figures`) plus the output multiply.
+
+Measured under Verilator (1 lane, no idle or back-pressure; the cycle-budget run of
+``sim.logits_to_probas.measure``, ``make sim`` prints the same at V = 8192): a V = 128256
+sampling row takes 385,092 clocks from its first ``logits`` beat to its last ``probs`` beat
+(``3 * 128256 + 324``), 257,170 clocks from ``cmd`` to the first ``probs`` beat; rows of a
+request follow without a gap, a new sampling request adds 334 clocks.
+"""
+
+import math
+
+import numpy as np
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from golden.logits_to_probas import (
+    _ROUND_MAGIC,
+    _SPLITTER,
+    EXP2_HI,
+    EXP2_LO,
+    EXP_C1,
+    EXP_C2,
+    EXP_C3,
+    GREEDY_TEMPERATURE,
+    LOG2E_HI,
+    LOG2E_LO,
+    RECIP_SEED,
+    SUM_FRAC_BITS,
+    T_CUTOFF,
+)
+from hw.lib.float32 import Float32Multiply, float32_fields, float32_order_key
+from hw.lib.float32_dataflow import Float32Dataflow, Float32Sequencer
+from hw.lib.pipeline import count_leading_zeros, stage
+from hw.lib.stream import packet_layout, stalling_handshake
+
+__all__ = ["LogitsToProbas", "synthesis_configuration", "INPUT_FORMATS", "DEFAULTS",
+           "float32_bits"]
+
+INPUT_FORMATS = ("float32", "bfloat16")
+#: Constructor defaults (``synthesis_configuration`` uses them too).
+DEFAULTS = {"max_vocab_size": 131072, "lanes": 1, "input_format": "float32",
+            "row_count_width": 16}
+
+
+def float32_bits(x) -> int:
+    """The bit pattern of ``np.float32(x)``."""
+    return int(np.array(x, np.float32).view(np.uint32))
+
+
+_ONE = float32_bits(1.0)
+_ZERO = 0
+_NEG_INF = 0xFF80_0000
+_SPLIT = float32_bits(_SPLITTER)
+_MAGIC = float32_bits(_ROUND_MAGIC)
+_SIXTY_FOUR = float32_bits(64.0)
+_SIXTY_FOURTH = float32_bits(2.0**-6)
+_CUTOFF = float32_bits(T_CUTOFF)
+_GREEDY = float32_bits(GREEDY_TEMPERATURE)
+EXP_C1_BITS, EXP_C2_BITS, EXP_C3_BITS = (float32_bits(c) for c in (EXP_C1, EXP_C2, EXP_C3))
+LOG2E_HI_BITS, LOG2E_LO_BITS = float32_bits(LOG2E_HI), float32_bits(LOG2E_LO)
+
+
+def _check_int(name, value, lo, hi):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"`{name}` must be an integer, not {value!r}")
+    if not lo <= value <= hi:
+        raise ValueError(f"`{name}` must be between {lo} and {hi}, not {value}")
+    return value
+
+
+# --- float32 operation sequences, literally the golden's ------------------------------------
+
+
+def _two_sum(df, a, b):
+    s = df.add(a, b)
+    bb = df.sub(s, a)
+    return s, df.add(df.sub(a, df.sub(s, bb)), df.sub(b, bb))
+
+
+def _fast_two_sum(df, a, b):
+    s = df.add(a, b)
+    return s, df.sub(b, df.sub(s, a))
+
+
+def _split(df, a):
+    c = df.mul(_SPLIT, a)
+    hi = df.sub(c, df.sub(c, a))
+    return hi, df.sub(a, hi)
+
+
+def _two_prod_split_b(df, a, b, b_hi, b_lo):
+    """Dekker's TwoProd with ``b`` already split (``b_hi + b_lo``)."""
+    p = df.mul(a, b)
+    a_hi, a_lo = _split(df, a)
+    inner = df.sub(df.sub(df.sub(p, df.mul(a_hi, b_hi)), df.mul(a_lo, b_hi)),
+                   df.mul(a_hi, b_lo))
+    return p, df.sub(df.mul(a_lo, b_lo), inner)
+
+
+def _exp_element(df, logit, neg_max, c_hi, c_lo, c_hi_hi, c_hi_lo, all_neginf, keep):
+    """Steps 1-6 of the golden's exponential for one lane; returns the ``e`` node."""
+    d_hi, d_lo = _two_sum(df, logit, neg_max)
+    p, p_err = _two_prod_split_b(df, d_hi, c_hi, c_hi_hi, c_hi_lo)
+    tail = df.add(p_err, df.add(df.mul(d_hi, c_lo), df.mul(d_lo, c_hi)))
+    t_hi, t_lo = _fast_two_sum(df, p, tail)
+
+    def in_range(t):
+        return ~float32_fields(t).is_nan & (
+            float32_order_key(t) >= float32_order_key(Const(_CUTOFF, 32)))
+
+    valid = df.comb(in_range, t_hi, name="valid")
+    t_hi = df.comb(lambda t: Mux(in_range(t), t, 0), t_hi, name="thi")
+    t_lo = df.comb(lambda t, v: Mux(v, t, 0), t_lo, valid, name="tlo")
+    y = df.mul(t_hi, _SIXTY_FOUR)
+    ym = df.add(y, _MAGIC)
+    kf = df.sub(ym, _MAGIC)
+    r = df.sub(y, kf)
+    f = df.add(df.mul(r, _SIXTY_FOURTH), t_lo)
+    # ym = 1.5 * 2^23 + k lies in [2^23, 2^24): its fraction field is 2^22 + k.
+    k = df.comb(lambda v: Cat(v[:23], Const(0, 1)).as_signed() - (1 << 22), ym, name="k")
+    table_hi = Array(Const(float32_bits(x), 32) for x in EXP2_HI)
+    table_lo = Array(Const(float32_bits(x), 32) for x in EXP2_LO)
+    s_hi = df.comb(lambda v: table_hi[v[:6]], k, name="exphi")
+    s_lo = df.comb(lambda v: table_lo[v[:6]], k, name="explo")
+
+    def scale_bits(v, second):
+        n = v.as_signed() >> 6
+        n1 = Mux(n < -100, -100, n)
+        exponent = (n - n1 if second else n1) + 127
+        return Cat(Const(0, 23), exponent[:8], Const(0, 1))
+
+    pow_first = df.comb(lambda v: scale_bits(v, False), k, name="pow1")
+    pow_second = df.comb(lambda v: scale_bits(v, True), k, name="pow2")
+    q = df.mul(f, df.add(EXP_C1_BITS, df.mul(f, df.add(EXP_C2_BITS, df.mul(f, EXP_C3_BITS)))))
+    s = df.add(s_hi, df.add(s_lo, df.mul(s_hi, q)))
+    e = df.mul(df.mul(s, pow_first), pow_second)
+    return df.comb(lambda value, v, neginf, kept: Mux(~kept, 0, Mux(neginf, _ONE,
+                                                                     Mux(v, value, 0))),
+                   e, valid, all_neginf, keep, name="e")
+
+
+def _recip_program(seq, prefix, x_hi, x_lo):
+    """The golden's ``_recip_ff(x_hi, x_lo)`` as sequencer operations; returns the names of
+    ``(r, r_lo)``."""
+    seed = seq.reg(f"{prefix}_seed")
+    power = seq.reg(f"{prefix}_pow")
+    seeds = Array(Const(float32_bits(x), 32) for x in RECIP_SEED)
+    x = seq.reg(x_hi)
+    seq.fn(lambda: [seed.eq(seeds[x[16:23]]),
+                    power.eq(Cat(Const(0, 23), (254 - x[23:31])[:8], Const(0, 1)))])
+    r = seq.mul(f"{prefix}_r0", f"{prefix}_seed", f"{prefix}_pow")
+    for step in range(2):
+        t = seq.mul(f"{prefix}_t", x_hi, r)
+        u = seq.sub(f"{prefix}_u", _ONE, t)
+        v = seq.mul(f"{prefix}_v", r, u)
+        r = seq.add(f"{prefix}_r{step + 1}", r, v)
+    p, p_err = _seq_two_prod(seq, prefix, x_hi, r)
+    c = seq.sub(f"{prefix}_c1", _ONE, p)
+    c = seq.sub(f"{prefix}_c2", c, p_err)
+    xr = seq.mul(f"{prefix}_xr", x_lo, r)
+    c = seq.sub(f"{prefix}_c3", c, xr)
+    r_lo = seq.mul(f"{prefix}_rlo", r, c)
+    return r, r_lo
+
+
+def _seq_split(seq, prefix, a):
+    c = seq.mul(f"{prefix}_sc", _SPLIT, a)
+    t = seq.sub(f"{prefix}_st", c, a)
+    hi = seq.sub(f"{prefix}_shi", c, t)
+    lo = seq.sub(f"{prefix}_slo", a, hi)
+    return hi, lo
+
+
+def _seq_two_prod(seq, prefix, a, b):
+    p = seq.mul(f"{prefix}_p", a, b)
+    a_hi, a_lo = _seq_split(seq, f"{prefix}_a", a)
+    b_hi, b_lo = _seq_split(seq, f"{prefix}_b", b)
+    t = seq.mul(f"{prefix}_m1", a_hi, b_hi)
+    inner = seq.sub(f"{prefix}_i1", p, t)
+    t = seq.mul(f"{prefix}_m2", a_lo, b_hi)
+    inner = seq.sub(f"{prefix}_i2", inner, t)
+    t = seq.mul(f"{prefix}_m3", a_hi, b_lo)
+    inner = seq.sub(f"{prefix}_i3", inner, t)
+    t = seq.mul(f"{prefix}_m4", a_lo, b_lo)
+    return p, seq.sub(f"{prefix}_err", t, inner)
+
+
+def _uint_to_float32(value: Value, lz: Value, *, frac_bits: int):
+    """``value * 2^-frac_bits`` (``value > 0``, ``lz`` its leading zeros) rounded to float32,
+    nearest even; returns ``(bits, rounded)`` with ``rounded`` the rounded integer."""
+    width = len(value)
+    normal = (value << lz)[:width]
+    mantissa = normal[width - 24:]
+    guard = normal[width - 25]
+    sticky = normal[:width - 25].any()
+    round_up = guard & (sticky | mantissa[0])
+    exponent = (width - 1 + 127 - frac_bits) - lz
+    bits = (Cat(mantissa[:23], exponent[:8]) + round_up)[:31]
+    rounded = ((Cat(Const(0, width - 24), mantissa) + (round_up << (width - 24))) >> lz)
+    return Cat(bits, Const(0, 1)), rounded[:width + 1]
+
+
+class LogitsToProbas(wiring.Component):
+    """K5: row softmax with temperature and row argmax, bit-exact with the golden.
+
+    Parameters
+    ----------
+    max_vocab_size : int
+        Largest ``V`` (1 to 2^24); sizes the row buffer (``ceil(max_vocab_size / lanes)``
+        words) and the token width.
+    lanes : int
+        Elements per beat and per clock in every pass (a power of two, 1 to 16).
+    input_format : str
+        ``"float32"`` or ``"bfloat16"`` (``logits`` lanes of 16 bits, converted exactly).
+    row_count_width : int
+        Width of the request's row count ``num_rows`` (1 to 32).
+
+    Members
+    -------
+    cmd : In(stream.Signature(cmd_layout))
+        One beat per request: ``temperature`` (float32 bits, ``0 <= T <= 1e6``),
+        ``vocab_size`` (``1 <= V <= max_vocab_size``), ``num_rows`` (``n >= 1``).
+    logits : In(stream.Signature(logits_layout))
+        ``n`` rows of ``ceil(V / lanes)`` beats: ``data`` (``lanes`` elements, element ``j``
+        of the row in lane ``j % lanes`` of beat ``j // lanes``), ``first``/``last`` (not
+        checked: the kernel counts).
+    probs : Out(stream.Signature(probs_layout))
+        Sampling rows only: ``ceil(V / lanes)`` beats of float32 probabilities per row
+        (``first``/``last`` mark the row; lanes past ``V`` are ``+0.0``).
+    predict : Out(stream.Signature(predict_layout))
+        One beat per row: ``token`` the argmax (lowest index on ties, 0 for an all ``-inf``
+        row); ``first``/``last`` mark the request's first and last rows.
+    """
+
+    def __init__(self, *, max_vocab_size=DEFAULTS["max_vocab_size"], lanes=DEFAULTS["lanes"],
+                 input_format=DEFAULTS["input_format"],
+                 row_count_width=DEFAULTS["row_count_width"]):
+        _check_int("max_vocab_size", max_vocab_size, 1, 1 << 24)
+        _check_int("lanes", lanes, 1, 16)
+        if lanes & (lanes - 1):
+            raise ValueError(f"`lanes` must be a power of two, not {lanes}")
+        if input_format not in INPUT_FORMATS:
+            raise ValueError(f"`input_format` must be one of 'float32', 'bfloat16', not "
+                             f"{input_format!r}")
+        _check_int("row_count_width", row_count_width, 1, 32)
+        self._max_vocab_size = max_vocab_size
+        self._lanes = lanes
+        self._input_format = input_format
+        self._row_count_width = row_count_width
+        self._max_words = -(-max_vocab_size // lanes)
+        self._token_width = max(1, (max_vocab_size - 1).bit_length())
+        self._accumulator_width = max(1, math.ceil(math.log2(max_vocab_size))) + 65
+        self._cmd_layout = data.StructLayout({
+            "temperature": 32,
+            "vocab_size": unsigned(max_vocab_size.bit_length()),
+            "num_rows": unsigned(row_count_width),
+        })
+        element = 16 if input_format == "bfloat16" else 32
+        self._logits_layout = packet_layout({"data": data.ArrayLayout(element, lanes)})
+        self._probs_layout = packet_layout({"data": data.ArrayLayout(32, lanes)})
+        self._predict_layout = packet_layout({"token": unsigned(self._token_width)})
+        super().__init__({
+            "cmd": In(stream.Signature(self._cmd_layout)),
+            "logits": In(stream.Signature(self._logits_layout)),
+            "probs": Out(stream.Signature(self._probs_layout)),
+            "predict": Out(stream.Signature(self._predict_layout)),
+        })
+        # Filled in by elaborate (also available before: see `exp_latency`).
+        self._exp_figures = None
+
+    max_vocab_size = property(lambda self: self._max_vocab_size)
+    lanes = property(lambda self: self._lanes)
+    input_format = property(lambda self: self._input_format)
+    row_count_width = property(lambda self: self._row_count_width)
+    max_words = property(lambda self: self._max_words)
+    token_width = property(lambda self: self._token_width)
+    accumulator_width = property(lambda self: self._accumulator_width)
+    cmd_layout = property(lambda self: self._cmd_layout)
+    logits_layout = property(lambda self: self._logits_layout)
+    probs_layout = property(lambda self: self._probs_layout)
+    predict_layout = property(lambda self: self._predict_layout)
+
+    def exp_figures(self) -> dict:
+        """``latency`` (clocks of the exp pipeline), ``adds`` and ``multiplies`` per element,
+        from a throw-away elaboration of one lane."""
+        if self._exp_figures is None:
+            df = Float32Dataflow(None, Const(1), name="probe")
+            s = Signal(32)
+            e = _exp_element(df, df.input(s), df.static(s), df.static(s), df.static(s),
+                             df.static(s), df.static(s), df.static(Signal()),
+                             df.input(Signal()))
+            self._exp_figures = {"latency": e.time, "adds": df.adds,
+                                 "multiplies": df.multiplies}
+        return self._exp_figures
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes, shift = self._lanes, self._lanes.bit_length() - 1
+        words_max = self._max_words
+        token_width = self._token_width
+
+        # --- request and row state ------------------------------------------------------
+        temperature = Signal(32)
+        vocab = Signal(self._cmd_layout["vocab_size"].shape)
+        rows = Signal(self._row_count_width)
+        row = Signal(self._row_count_width)
+        words = Signal(range(words_max + 1))
+        greedy = Signal()
+        m_bits = Signal(32)
+        m_index = Signal(token_width)
+        have = Signal()
+
+        m.submodules.buffer = buffer = Memory(shape=unsigned(32 * lanes), depth=words_max,
+                                              init=[])
+        wport = buffer.write_port()
+        rport = buffer.read_port(domain="sync")
+
+        # --- the sequencer: per-request and per-row constants -------------------------
+        seq = Float32Sequencer(name="seq")
+        seq.reg("T")
+        seq.reg("zero")
+        seq.program("request")
+        r_hi, r_lo = _recip_program(seq, "rt", "T", "zero")
+        p, p_err = _seq_two_prod(seq, "cp", LOG2E_HI_BITS, r_hi)
+        a = seq.mul("ca", LOG2E_HI_BITS, r_lo)
+        b = seq.mul("cb", LOG2E_LO_BITS, r_hi)
+        a = seq.add("cab", a, b)
+        p_err = seq.add("cperr", p_err, a)
+        c_hi = seq.add("C_hi", p, p_err)
+        t = seq.sub("ct", c_hi, p)
+        seq.sub("C_lo", p_err, t)
+        _seq_split(seq, "C", "C_hi")  # C_shi, C_slo
+
+        acc_width = self._accumulator_width
+        accumulator = Signal(acc_width)
+        lz = Signal(range(acc_width + 1))
+        top = Signal(acc_width + 1)
+        rest = Signal(signed(acc_width + 2))
+        rest_abs = Signal(acc_width)
+        s_hi, s_lo = seq.reg("S_hi"), seq.reg("S_lo")
+        seq.program("row")
+        seq.fn(lambda: [lz.eq(count_leading_zeros(accumulator))])
+
+        def to_hi():
+            bits, rounded = _uint_to_float32(accumulator, lz, frac_bits=SUM_FRAC_BITS)
+            return [s_hi.eq(bits), top.eq(rounded)]
+
+        seq.fn(to_hi)
+        seq.fn(lambda: [rest.eq(accumulator - top)])
+        seq.fn(lambda: [rest_abs.eq(Mux(rest < 0, -rest, rest)[:acc_width])])
+        seq.fn(lambda: [lz.eq(count_leading_zeros(rest_abs))])
+
+        def to_lo():
+            bits, _ = _uint_to_float32(rest_abs, lz, frac_bits=SUM_FRAC_BITS)
+            return [s_lo.eq(Mux(rest == 0, 0, Cat(bits[:31], rest < 0)))]
+
+        seq.fn(to_lo)
+        inv_hi, inv_lo = _recip_program(seq, "rs", "S_hi", "S_lo")
+        seq.add("inv", inv_hi, inv_lo)
+        seq.elaborate(m)
+        inv = seq.reg("inv")
+        m.d.comb += seq.reg("zero").eq(0)
+
+        # --- states -----------------------------------------------------------------------
+        state = Signal(range(8))
+        IDLE, REQUEST, INGEST, PREDICT, EXP, ROW, OUT = range(7)
+        issue = Signal(range(words_max + 1))
+        done = Signal(range(words_max + 1))
+
+        def lane_keep(word):
+            base = Value.cast(word) << shift
+            return Cat(*((base + i) < vocab for i in range(lanes)))
+
+        # cmd
+        m.d.comb += self.cmd.ready.eq(state == IDLE)
+        with m.If(self.cmd.valid & self.cmd.ready):
+            payload = self.cmd.payload
+            is_greedy = ~float32_fields(payload.temperature).is_nan & (
+                float32_order_key(payload.temperature) < float32_order_key(Const(_GREEDY, 32)))
+            m.d.sync += [temperature.eq(payload.temperature), vocab.eq(payload.vocab_size),
+                         rows.eq(payload.num_rows), row.eq(0), greedy.eq(is_greedy),
+                         words.eq((payload.vocab_size + (lanes - 1)) >> shift),
+                         seq.reg("T").eq(payload.temperature)]
+            m.d.sync += [issue.eq(0), have.eq(0)]
+            m.d.sync += state.eq(Mux(is_greedy, INGEST, REQUEST))
+            m.d.comb += seq.start("request").eq(~is_greedy)
+        with m.If(state == REQUEST):
+            with m.If(~seq.busy):
+                m.d.sync += state.eq(INGEST)
+
+        # Ingest: store, running max and argmax.
+        m.d.comb += self.logits.ready.eq(state == INGEST)
+        beat = self.logits.payload.data
+        if self._input_format == "bfloat16":
+            elements = [Cat(Const(0, 16), beat[i]) for i in range(lanes)]
+        else:
+            elements = [beat[i] for i in range(lanes)]
+        ingest_keep = lane_keep(issue)
+        best_bits, best_index, best_have = m_bits, m_index, have
+        for i in range(lanes):
+            better = ingest_keep[i] & (~best_have | (float32_order_key(elements[i])
+                                                     > float32_order_key(best_bits)))
+            nb = Signal(32, name=f"best_bits{i}")
+            ni = Signal(token_width, name=f"best_index{i}")
+            nh = Signal(name=f"best_have{i}")
+            m.d.comb += [nb.eq(Mux(better, elements[i], best_bits)),
+                         ni.eq(Mux(better, ((issue << shift) + i)[:token_width], best_index)),
+                         nh.eq(best_have | ingest_keep[i])]
+            best_bits, best_index, best_have = nb, ni, nh
+        with m.If(self.logits.valid & self.logits.ready):
+            m.d.comb += [wport.addr.eq(issue), wport.data.eq(Cat(*elements)), wport.en.eq(1)]
+            m.d.sync += [m_bits.eq(best_bits), m_index.eq(best_index), have.eq(best_have),
+                         issue.eq(issue + 1)]
+            with m.If(issue + 1 == words):
+                m.d.sync += state.eq(PREDICT)
+
+        # Predict.
+        m.d.comb += [self.predict.valid.eq(state == PREDICT),
+                     self.predict.payload.token.eq(m_index),
+                     self.predict.payload.first.eq(row == 0),
+                     self.predict.payload.last.eq(row + 1 == rows)]
+        next_row = Signal()
+        with m.If(self.predict.valid & self.predict.ready):
+            with m.If(greedy):
+                m.d.comb += next_row.eq(1)
+            with m.Else():
+                m.d.sync += [state.eq(EXP), issue.eq(0), done.eq(0), accumulator.eq(0)]
+
+        # Exp pass: read, exponentiate, write back, accumulate.
+        exp_issue = (state == EXP) & (issue < words)
+        with m.If(exp_issue):
+            m.d.sync += issue.eq(issue + 1)
+        df = Float32Dataflow(m, Const(1), name="exp")
+        in_valid = stage(m, Const(1), exp_issue, name="exp_v0")
+        in_addr = stage(m, Const(1), issue, name="exp_a0")
+        in_keep = stage(m, Const(1), lane_keep(issue), name="exp_k0")
+        neg_max = df.static(Cat(m_bits[:31], ~m_bits[31]))
+        all_neginf = df.static(m_bits == _NEG_INF)
+        c_nodes = [df.static(seq.reg(name)) for name in ("C_hi", "C_lo", "C_shi", "C_slo")]
+        keep_node = df.input(in_keep)
+        e_nodes = []
+        for i in range(lanes):
+            logit = df.input(rport.data[32 * i:32 * (i + 1)])
+            keep_i = df.comb(lambda k, i=i: k[i], keep_node, name=f"keep{i}_")
+            e_nodes.append(_exp_element(df, logit, neg_max, *c_nodes, all_neginf, keep_i))
+        _, aligned = df.align(df.input(in_valid), df.input(in_addr), *e_nodes)
+        out_valid, out_addr, *e_values = aligned
+        with m.If(state == EXP):
+            m.d.comb += [wport.addr.eq(out_addr), wport.data.eq(Cat(*e_values)),
+                         wport.en.eq(out_valid)]
+
+        def fixed(e):
+            fields = float32_fields(e)
+            exponent = fields.exponent_eff
+            up = (fields.mantissa << (exponent - 86)[:6])[:65]
+            down = (fields.mantissa >> (86 - exponent)[:7])[:65]
+            return Mux(exponent >= 86, up, down)
+
+        fixed_values = [stage(m, Const(1), fixed(e), name=f"fixed{i}")
+                        for i, e in enumerate(e_values)]
+        fixed_valid = stage(m, Const(1), out_valid, name="fixed_valid")
+        lane_sum = stage(m, Const(1), sum(fixed_values[1:], Value.cast(fixed_values[0])),
+                         name="lane_sum")
+        sum_valid = stage(m, Const(1), fixed_valid, name="sum_valid")
+        with m.If(sum_valid):
+            m.d.sync += [accumulator.eq(accumulator + lane_sum), done.eq(done + 1)]
+        with m.If((state == EXP) & (done == words)):
+            m.d.comb += seq.start("row").eq(1)
+            m.d.sync += state.eq(ROW)
+        with m.If((state == ROW) & ~seq.busy):
+            m.d.sync += [state.eq(OUT), issue.eq(0)]
+
+        # Output pass: p = e * inv, a 5-stage stalling pipeline (memory read, multiply).
+        source = stream.Signature(1).create()
+        m.d.comb += source.valid.eq((state == OUT) & (issue < words))
+        enable = stalling_handshake(m, latency=1 + Float32Multiply.latency, source=source,
+                                    sink=self.probs)
+        with m.If(source.valid & source.ready):
+            m.d.sync += issue.eq(issue + 1)
+        m.d.comb += [rport.addr.eq(issue), rport.en.eq(Mux(state == OUT, enable, 1))]
+        side = Cat(lane_keep(issue), issue == 0, issue + 1 == words)
+        for index in range(1 + Float32Multiply.latency):
+            side = stage(m, enable, side, name=f"out_side{index}")
+        products = []
+        for i in range(lanes):
+            m.submodules[f"out_mul{i}"] = mul = Float32Multiply()
+            m.d.comb += [mul.en.eq(enable), mul.a.eq(rport.data[32 * i:32 * (i + 1)]),
+                         mul.b.eq(inv)]
+            products.append(Mux(side[i], mul.result, 0))
+        m.d.comb += [self.probs.payload.data.eq(Cat(*products)),
+                     self.probs.payload.first.eq(side[lanes]),
+                     self.probs.payload.last.eq(side[lanes + 1])]
+        with m.If(self.probs.valid & self.probs.ready & side[lanes + 1]):
+            m.d.comb += next_row.eq(1)
+
+        with m.If(next_row):
+            m.d.sync += [row.eq(row + 1), issue.eq(0), have.eq(0)]
+            m.d.sync += state.eq(Mux(row + 1 == rows, IDLE, INGEST))
+        return m
+
+
+def synthesis_configuration(**overrides) -> LogitsToProbas:
+    """K5 for the synthesis report: ``DEFAULTS``, i.e. vocabularies up to 131072 (Llama 3's
+    128256), 1 lane, float32 input (``lanes``/``input_format`` overrides widen it)."""
+    return LogitsToProbas(**{**DEFAULTS, **overrides})
