@@ -10,6 +10,10 @@ The throughput call and the directed calls run without idle or back-pressure, th
 and directed calls with random idle on both inputs and back-pressure on the three outputs.
 Each call's three outputs are compared whole with the golden's, and ``active_inverse`` is
 checked to invert ``active_slots`` on the kernel's own outputs.
+
+With ``measure`` (``sim.active_slots.measure``): only the ``measurement`` test runs, one
+verify step of a benchmark contract point, checked against the golden; the summary's
+``measurement`` holds cycles, port bytes and operations.
 """
 
 import random
@@ -20,6 +24,7 @@ import numpy as np
 from hw.kernels.active_slots import ActiveSlots
 from sim.active_slots.vectors import (
     OUTPUT_NAMES,
+    Call,
     call_from_case,
     check,
     directed_calls,
@@ -37,11 +42,13 @@ from sim.cocotb_tb import (
     write_summary,
 )
 from sim.payload import pack, unpack
+from sim.targets import port_bytes
 
 
-async def run_calls(dut, kernel, calls, *, idle, backpressure, rng):
+async def run_calls(dut, kernel, calls, *, idle, backpressure, rng, transfers=None):
     """Drive ``calls`` back to back, check each; returns the acceptance cycles
-    ``(cmd, finished, slots, count)``."""
+    ``(cmd, finished, slots, count)``; ``transfers`` (a dict, optional) receives the
+    acceptance cycles of every port by name."""
     cmd_words = pack(kernel.cmd_layout, len(calls),
                      batch_size=[c.batch_size for c in calls])
     flags = np.concatenate([c.finished for c in calls]).astype(np.int64)
@@ -63,6 +70,9 @@ async def run_calls(dut, kernel, calls, *, idle, backpressure, rng):
                              and len(count.items) == len(calls) and cmd.done and finished.done),
                     timeout_cycles=int((3 * total + 5 * len(calls))
                                        / (1 - max(idle, backpressure)) ** 2) * 2 + 1000)
+    if transfers is not None:
+        transfers.update({endpoint.name: endpoint.accepted_at
+                          for endpoint in (cmd, finished, inverse, slots, count)})
     inv = unpack(kernel.inverse_layout, inverse.items, signed=("active_inverse",))
     slt = unpack(kernel.slot_layout, slots.items, signed=("active_slot",))
     cnt = unpack(kernel.count_layout, count.items)
@@ -98,6 +108,8 @@ async def _replay_case(dut, kernel, path, rng):
 @cocotb.test()
 async def active_slots_matches_golden(dut):
     cfg = config()
+    if "measure" in cfg:  # a `measure` run (sim.active_slots.measure): measurement only
+        return
     kernel = ActiveSlots(**cfg["parameters"])
     for name, layout in (("cmd", kernel.cmd_layout), ("finished", kernel.finished_layout),
                          ("inverse", kernel.inverse_layout), ("slots", kernel.slot_layout),
@@ -141,3 +153,57 @@ async def active_slots_matches_golden(dut):
                f"{per_request:.3f} ({perf.name}: {call_cycles} cycles, "
                f"B + (B - active_count) + 2 = {2 * perf.batch_size - alive + 2})",
                "requests checked": requests})
+
+
+INPUTS, OUTPUTS = ("cmd", "finished"), ("inverse", "slots", "count")
+
+
+@cocotb.test()
+async def measurement(dut):
+    """The cycle budget of one verify step (``config["measure"]``), docs/contributing.md.
+
+    One call of ``batch`` rows without idle or back-pressure; ``finished`` is the K7 golden
+    result of ``sim.verify_result.vectors.verify_step_call`` at the point (seed ``seed``),
+    checked against the golden (``run_calls``). Cycles: first input transfer to last output
+    transfer; bytes: ``port_bytes`` of every port's transfers.
+    """
+    from sim.verify_result.vectors import expected as k7_expected
+    from sim.verify_result.vectors import verify_step_call
+
+    cfg = config()
+    if "measure" not in cfg:
+        return
+    kernel = ActiveSlots(**cfg["parameters"])
+    for name, layout in (("cmd", kernel.cmd_layout), ("finished", kernel.finished_layout),
+                         ("inverse", kernel.inverse_layout), ("slots", kernel.slot_layout),
+                         ("count", kernel.count_layout)):
+        assert len(getattr(dut, f"{name}__payload")) == layout.size, \
+            f"port {name}: the configuration does not describe this model"
+    rng = random.Random(cfg["seed"])
+    await start_clock_and_reset(dut)
+
+    finished = k7_expected(verify_step_call(seed=cfg["seed"], **cfg["measure"]))["finished"]
+    call = Call(f"verify step B={len(finished)}", finished.copy())
+    at = {}
+    await run_calls(dut, kernel, [call], idle=0.0, backpressure=0.0, rng=rng, transfers=at)
+    ports = {name: port_bytes(len(at[name]), len(getattr(dut, f"{name}__payload")))
+             for name in INPUTS + OUTPUTS}
+    batch = call.batch_size
+    measurement = {
+        "cycles": max(at[name][-1] for name in OUTPUTS)
+        - min(at[name][0] for name in INPUTS) + 1,
+        "bytes_in": sum(ports[name] for name in INPUTS),
+        "bytes_out": sum(ports[name] for name in OUTPUTS),
+        "operations": batch,
+        "invocations": 1,
+        "ports": ports,
+        "notes": f"one call, B={batch}: finished flags of the K7 golden verify step "
+                 f"({int(finished.sum())} finished, "
+                 f"active_count {int(expected(call)['active_count'][0])})",
+    }
+    if batch > 1:
+        measurement["initiation_interval"] = \
+            (at["finished"][-1] - at["finished"][0]) / (batch - 1)
+    dut._log.info(f"measurement: {measurement}")
+    write_summary(vectors=1, requests=batch, cycles=measurement["cycles"],
+                  measurement=measurement)

@@ -9,12 +9,12 @@
 
 ``vectors`` holds the host side (calls, golden results, packing), ``pysim`` the Amaranth
 simulator runner of the unit tests, ``run_parameters`` runs the testbench on a DUT built with
-other parameters.
+other parameters; ``measure`` is the cycle-budget protocol of docs/contributing.md.
 """
 
-from ..targets import SimTarget
+from ..targets import NotMeasured, SimTarget
 
-__all__ = ["PARAMETERS", "TARGETS", "make_dut", "run_parameters"]
+__all__ = ["PARAMETERS", "TARGETS", "make_dut", "run_parameters", "measure"]
 
 # The DUT of `make sim KERNEL=reject_sample` (RejectSample's defaults).
 PARAMETERS = {"max_nodes": 64, "max_steps": 8, "max_vocab_size": 131072, "lanes": 8,
@@ -32,6 +32,41 @@ def _make_divider():
     from .divide import Float32DivideStream
 
     return Float32DivideStream()
+
+
+def measure(point: dict, *, seed: int, log_file=None) -> dict:
+    """K6's cycle budget over one verify step at a benchmark contract point.
+
+    The batch's requests one after the other on the model of ``make sim
+    KERNEL=reject_sample`` (``PARAMETERS``: n <= 64, S <= 8, V <= 131072 cover every contract
+    point), see ``sim.reject_sample.tb.measurement``: ``vectors.verify_step_call`` (the K4
+    verify trees of draft-round trees at the point, ``S = depth + 1``, EAGLE-like target rows
+    of ``V = vocab``, sampling mode), the ``target_probs`` memory answering after a fixed
+    latency of ``figure_latency`` (4) clocks; checked against the golden. ``cycles``: first
+    input transfer to last output transfer without idle or back-pressure, the walks and the
+    final rows' residual streams (``V / lanes`` words each) included. ``operations``: float32
+    operations, three per sibling decision (the ``prob_acc`` add and the two acceptance
+    compares) plus, per request, ``2 V`` for the final row (residual select and running-sum
+    add per element) and the ``coin * sum`` multiply; the rescanned segment is not counted.
+    ``initiation_interval``: cycles per request (``result`` packet ends; absent for a batch of
+    one).
+    """
+    from ..harness import build_model, run_testbench
+
+    k, width, depth = point["node_top_k"], point["tree_width"], point["depth"]
+    nodes = 1 + k + (depth - 1) * width * k
+    limits = {"n": (min(point["verify_num"], nodes), PARAMETERS["max_nodes"], "max_nodes"),
+              "S": (depth + 1, PARAMETERS["max_steps"], "max_steps"),
+              "V": (point["vocab"], PARAMETERS["max_vocab_size"], "max_vocab_size")}
+    for name, (value, limit, parameter) in limits.items():
+        if value > limit:
+            raise NotMeasured(f"{name} = {value} exceeds `{parameter}` {limit}")
+    spec = {key: point[key] for key in ("batch", "node_top_k", "tree_width", "depth",
+                                        "verify_num", "vocab")}
+    model = build_model(make_dut(), name="reject_sample", log=print)
+    config = {**TARGETS[0].config, "parameters": PARAMETERS, "measure": spec}
+    return run_testbench(model, TARGETS[0].testbench, config, seed=seed,
+                         log_file=log_file)["measurement"]
 
 
 TARGETS = [
@@ -54,6 +89,7 @@ TARGETS = [
         },
         takes_case=True,
         figures_config={"random_calls": 0, "lfsr_trials": 0},
+        measure=measure,
     ),
     SimTarget(
         name="fp32_div",

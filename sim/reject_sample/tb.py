@@ -20,6 +20,10 @@ streams and compared whole with the golden's, float32 by bit pattern.
 
 With a case: the case's call runs alone; the RTL must equal the golden, and the golden must
 equal the case's ``expected_*`` tensors when present.
+
+With ``measure`` (``sim.reject_sample.measure``): only the ``measurement`` test runs, one
+verify step of a benchmark contract point at a fixed memory latency, checked against the
+golden; the summary's ``measurement`` holds cycles, port bytes and operations.
 """
 
 import random
@@ -51,8 +55,10 @@ from sim.reject_sample.vectors import (
     random_call,
     row_call,
     tree_beats,
+    verify_step_call,
     worst_call,
 )
+from sim.targets import port_bytes
 
 
 class TargetMemory:
@@ -76,6 +82,8 @@ class TargetMemory:
         self._ready_now = False
         self._now = 0
         self.reads = 0
+        self.address_at = []  # acceptance cycles of read_address and read_data beats
+        self.data_at = []
         self._address_ready.value = 0
         self._data_valid.value = 0
 
@@ -100,12 +108,14 @@ class TargetMemory:
         if self._offering and self._data_ready.value:
             self._queue.popleft()
             self._offering = False
+            self.data_at.append(cycle)
         if self._ready_now and self._address_valid.value:
             word = self.memory.word(self._address.value.to_unsigned())
             due = max(cycle + self._rng.randint(*self.latency),
                       self._queue[-1][0] if self._queue else 0)
             self._queue.append((due, sum(v << (32 * j) for j, v in enumerate(word))))
             self.reads += 1
+            self.address_at.append(cycle)
         self._now = cycle + 1
 
 
@@ -181,7 +191,10 @@ async def run_call(dut, kernel, call, *, idle=0.0, backpressure=0.0, latency=(1,
     problems = compare(call, outputs_from_dut(call, memory, result.packets, writes), wanted)
     assert not problems, "\n".join(problems)
     return {"cycles": cycles, "status": result.status, "cmd_at": cmd.accepted_at,
-            "ends": result.ends, "reads": port.reads, "requests": call.batch_size}
+            "ends": result.ends, "reads": port.reads, "requests": call.batch_size,
+            "transfers": {"cmd": cmd.accepted_at, "tree": tree.accepted_at,
+                          "read_data": port.data_at, "read_address": port.address_at,
+                          "draft_write": draft.accepted_at, "result": result.accepted_at}}
 
 
 def _check_ports(dut, kernel):
@@ -225,6 +238,8 @@ async def _replay_case(dut, kernel, path, rng):
 @cocotb.test()
 async def reject_sample_matches_golden(dut):
     cfg = config()
+    if "measure" in cfg:  # a `measure` run (sim.reject_sample.measure): measurement only
+        return
     kernel = RejectSample(**cfg["parameters"])
     _check_ports(dut, kernel)
     seed = cfg["seed"]
@@ -317,3 +332,66 @@ async def reject_sample_matches_golden(dut):
     write_summary(vectors=requests, directed_vectors=len(directed),
                   random_vectors=cfg["random_calls"], cycles=total_cycles,
                   latency_cycles=latency, initiation_interval=interval, extra=extra)
+
+
+INPUTS = ("cmd", "tree", "read_data")  # read_data: the memory port's answers
+OUTPUTS = ("read_address", "draft_write", "result")  # read_address: the memory requests
+
+
+@cocotb.test()
+async def measurement(dut):
+    """The cycle budget of one verify step (``config["measure"]``), docs/contributing.md.
+
+    The ``batch`` requests of ``vectors.verify_step_call`` at the point (seed ``seed``,
+    sampling mode, target rows of ``V = vocab``) back to back, without idle or back-pressure,
+    the ``target_probs`` memory answering every read after a fixed ``figure_latency`` clocks;
+    checked against the golden (``run_call``). Cycles: first input transfer to last output
+    transfer (the final rows' residual streams included); bytes: ``port_bytes`` of every
+    stream and memory port's transfers (``read_data`` in, ``read_address`` out).
+    """
+    cfg = config()
+    if "measure" not in cfg:
+        return
+    kernel = RejectSample(**cfg["parameters"])
+    _check_ports(dut, kernel)
+    rng = random.Random(cfg["seed"])
+    await start_clock_and_reset(dut)
+
+    call = verify_step_call(seed=cfg["seed"], **cfg["measure"])
+    _check_limits(kernel, call)
+    latency = cfg["figure_latency"]
+    run = await run_call(dut, kernel, call, latency=(latency, latency), rng=rng,
+                         seed=cfg["seed"])
+    at = run["transfers"]
+    widths = {"cmd": len(dut.cmd__payload), "tree": len(dut.tree__payload),
+              "read_data": len(dut.read_data__payload),
+              "read_address": len(dut.read_address__payload),
+              "draft_write": len(dut.draft_write__payload),
+              "result": len(dut.result__payload)}
+    ports = {name: port_bytes(len(at[name]), widths[name]) for name in INPUTS + OUTPUTS}
+    batch, vocab = call.batch_size, call.vocab_size
+    accepted = len(at["result"]) - batch  # a request's packet: accepted + 1 beats
+    decisions = accepted + len(at["draft_write"])  # every rejected sibling is written
+    ends = run["ends"]
+    walks = [status["walk_cycles"] for status in run["status"]]
+    rows = [status["row_cycles"] for status in run["status"]]
+    measurement = {
+        "cycles": max(at[name][-1] for name in OUTPUTS if at[name])
+        - min(at[name][0] for name in INPUTS if at[name]) + 1,
+        "bytes_in": sum(ports[name] for name in INPUTS),
+        "bytes_out": sum(ports[name] for name in OUTPUTS),
+        "operations": 3 * decisions + batch * (2 * vocab + 1),
+        "invocations": batch,
+        "ports": ports,
+        "notes": f"B={batch} requests one after the other, n={call.nodes}, S={call.steps}, "
+                 f"V={vocab}, sampling mode (thresholds 1.0): {accepted} accepted, "
+                 f"{len(at['draft_write'])} rejected siblings, {len(at['read_address'])} "
+                 f"memory reads; target_probs memory at a fixed latency of {latency} clocks; "
+                 f"per request: walk {min(walks)}..{max(walks)} cycles, final row "
+                 f"{min(rows)}..{max(rows)} cycles ({kernel.lanes} lanes)",
+    }
+    if batch > 1:
+        measurement["initiation_interval"] = (ends[-1] - ends[0]) / (batch - 1)
+    dut._log.info(f"measurement: {measurement}")
+    write_summary(vectors=1, requests=batch, cycles=measurement["cycles"],
+                  measurement=measurement)

@@ -26,8 +26,8 @@ from golden.reject_sample import (
 __all__ = [
     "Call", "MODES", "expected", "commands", "tree_beats", "MemoryImage", "outputs_from_dut",
     "compare", "random_tree", "random_probs", "random_call", "directed_calls",
-    "lossless_call", "perf_call", "worst_call", "row_call", "call_from_case", "write_case_file",
-    "f32_bits",
+    "lossless_call", "perf_call", "worst_call", "row_call", "verify_step_call",
+    "call_from_case", "write_case_file", "f32_bits",
 ]
 
 F32 = np.float32
@@ -583,6 +583,61 @@ def row_call(rng, *, vocab: int) -> Call:
                 np.zeros((1, 1), np.int64), np.full((1, 1), -1), np.full((1, 1), -1), 1,
                 target_probs=target, uniform_samples=np.zeros((1, 1), F32),
                 final_coins=np.array([0.6180339], F32))
+
+
+def verify_step_call(*, batch: int, node_top_k: int, tree_width: int, depth: int,
+                     verify_num: int, vocab: int, seed: int, head_mass: float = 0.9) -> Call:
+    """One verify step at a benchmark contract point (the K6 measurement), ``sampling`` mode.
+
+    Trees: the K4 golden's verify trees (``n = min(verify_num, nodes)`` positions) of
+    ``batch`` cumulative trees grown by the golden draft round at ``K = node_top_k``, width
+    cap ``tree_width`` and ``depth`` depths at full width (``sim.tree_mask.vectors``);
+    ``S = depth + 1`` (the root plus one token per depth). Target rows ``[B, n, V]``, drafted
+    like EAGLE (as ``perf_call``'s): each row is a mixture of a *head*, ``K`` distinct random
+    tokens sharing ``head_mass`` by ``softmax(2 * N(0, 1))``, and a *tail*
+    ``softmax(2.5 * N(0, 1))`` over the whole vocabulary carrying the rest; a node's children
+    carry the head tokens of its row in descending probability (the draft model ranks the
+    target's top K alike), so a step accepts with about ``head_mass`` times the children's
+    share of the head. Uniform coins, thresholds 1.0 (SGLang's defaults). Deterministic in
+    ``seed``.
+    """
+    from sim.tree_mask.vectors import expected as tree_expected
+    from sim.tree_mask.vectors import grown_call
+
+    rng = np.random.default_rng(seed)
+    nodes = 1 + node_top_k + (depth - 1) * tree_width * node_top_k
+    tree_call = grown_call(f"verify step tree K={node_top_k} W={tree_width} depth={depth}",
+                           seed=seed, batch=batch, k=node_top_k, width=tree_width,
+                           depths=depth, maxn=nodes, verify_num=verify_num, mode=1,
+                           vocab=vocab)
+    if tree_call.cumu_count != nodes:
+        raise AssertionError(f"the draft round stopped at cumu_count {tree_call.cumu_count} "
+                             f"({tree_call.notes['stop']}), not the full {nodes}")
+    n = tree_call.n(verify_num)
+    tree = tree_expected(tree_call, verify_num)
+    nxt = np.asarray(tree["retrive_next_token"], np.int64).reshape(batch, n)
+    sib = np.asarray(tree["retrive_next_sibling"], np.int64).reshape(batch, n)
+    candidates = np.asarray(tree["draft_tokens"], np.int64).reshape(batch, n) % vocab
+    target = np.empty((batch, n, vocab), F32)
+    k = min(node_top_k, vocab)
+    for req in range(batch):
+        for i in range(n):
+            tail = np.exp(rng.standard_normal(vocab) * 2.5)
+            row = tail * ((1.0 - head_mass) / tail.sum())
+            head = rng.choice(vocab, size=k, replace=False)
+            share = np.exp(rng.standard_normal(k) * 2.0)
+            share = np.sort(share / share.sum())[::-1]
+            row[head] += head_mass * share
+            target[req, i] = row
+            child, rank = nxt[req, i], 0
+            while child >= 0:
+                candidates[req, child] = head[rank % k]
+                child, rank = sib[req, child], rank + 1
+    return Call(f"verify step B={batch} n={n} S={depth + 1} V={vocab}", "sampling",
+                candidates, np.asarray(tree["retrive_index"], np.int64).reshape(batch, n),
+                nxt, sib, depth + 1, target_probs=target,
+                uniform_samples=rng.random((batch, n), dtype=np.float32),
+                final_coins=rng.random(batch, dtype=np.float32))
 
 
 def call_from_case(path) -> Call:

@@ -15,6 +15,10 @@ packet markers, words per row and zero padding checked on the way) and compared 
 
 With a case: the case's call runs alone; the RTL must equal the golden, and the golden must
 equal the case's ``expected_*`` tensors (those present).
+
+With ``measure`` (``sim.tree_mask.measure``): only the ``measurement`` test runs, one verify
+step of a benchmark contract point, checked against the golden; the summary's
+``measurement`` holds cycles, port bytes and operations.
 """
 
 import random
@@ -32,6 +36,7 @@ from sim.cocotb_tb import (
     write_summary,
 )
 from sim.payload import pack, unpack
+from sim.targets import port_bytes
 from sim.tree_mask.vectors import (
     OUTPUT_NAMES,
     call_from_case,
@@ -39,6 +44,7 @@ from sim.tree_mask.vectors import (
     command,
     directed_calls,
     expected,
+    grown_call,
     mask_words_expected,
     node_fields,
     perf_call,
@@ -54,10 +60,11 @@ def _cat(parts):
     return {key: np.concatenate([np.asarray(p[key]).reshape(-1) for p in parts]) for key in keys}
 
 
-async def run_calls(dut, kernel, calls, *, idle, backpressure, rng):
+async def run_calls(dut, kernel, calls, *, idle, backpressure, rng, transfers=None):
     """Drive ``calls`` back to back and check each against the golden. Returns the
     acceptance cycles ``(cmd, nodes, tree, mask)`` and the beat index where each request's
-    nodes start."""
+    nodes start; ``transfers`` (a dict, optional) receives the acceptance cycles of every
+    port by name."""
     maxv, lanes = kernel.max_verify_num, kernel.mask_lanes
     cmd_words = pack(kernel.cmd_layout, len(calls),
                      **{k: [command(c)[k] for c in calls] for k in command(calls[0])})
@@ -87,6 +94,9 @@ async def run_calls(dut, kernel, calls, *, idle, backpressure, rng):
     await bench.run(lambda: (len(tree.items) == tree_total and len(mask.items) == mask_total
                              and cmd.done and nodes.done and seqs.done),
                     timeout_cycles=int(work / (1 - max(idle, backpressure)) ** 2) * 2 + 2000)
+    if transfers is not None:
+        transfers.update({endpoint.name: endpoint.accepted_at
+                          for endpoint in (cmd, nodes, seqs, tree, mask)})
     tree_fields = unpack(kernel.tree_layout, tree.items, signed=SIGNED)
     mask_fields = unpack(kernel.mask_layout, mask.items)
     t = w = 0
@@ -138,6 +148,8 @@ async def _replay_case(dut, kernel, path, rng):
 @cocotb.test()
 async def tree_mask_matches_golden(dut):
     cfg = config()
+    if "measure" in cfg:  # a `measure` run (sim.tree_mask.measure): the measurement test only
+        return
     kernel = TreeMask(**cfg["parameters"])
     maxn, maxv, lanes = kernel.max_node_count, kernel.max_verify_num, kernel.mask_lanes
     _check_ports(dut, kernel)
@@ -188,3 +200,66 @@ async def tree_mask_matches_golden(dut):
                "call": f"{call_cycles} cycles for {perf.batch_size} requests incl. fill and "
                        "drain",
                "requests checked": requests})
+
+
+INPUTS, OUTPUTS = ("cmd", "nodes", "seq_lens"), ("tree", "mask")
+
+
+@cocotb.test()
+async def measurement(dut):
+    """The cycle budget of one verify step (``config["measure"]``), docs/contributing.md.
+
+    One call of ``batch`` requests, without idle or back-pressure: each request's cumulative
+    tree is grown by the golden draft round (``vectors.grown_call``, seed ``seed``) at the
+    point's ``K``, ``tree_width`` (cost 0: every depth as wide as the cap) and ``depth``,
+    tokens below the point's ``vocab``, ``seq_lens`` 1000 + b; ``verify_num`` of the point, the
+    packed layout. Checked against the golden like every call (``run_calls``). Cycles: first
+    input transfer to last output transfer; bytes: ``port_bytes`` of every port's transfers.
+    """
+    cfg = config()
+    if "measure" not in cfg:
+        return
+    spec = cfg["measure"]
+    kernel = TreeMask(**cfg["parameters"])
+    maxn, maxv = kernel.max_node_count, kernel.max_verify_num
+    _check_ports(dut, kernel)
+    rng = random.Random(cfg["seed"])
+    await start_clock_and_reset(dut)
+
+    batch, k, width, depth = spec["batch"], spec["node_top_k"], spec["tree_width"], \
+        spec["depth"]
+    call = grown_call(f"verify step B={batch} K={k} W={width} depth={depth}",
+                      seed=cfg["seed"], batch=batch, k=k, width=width, depths=depth,
+                      maxn=maxn, verify_num=spec["verify_num"], mode=2,
+                      seq_lens=1000 + np.arange(batch), vocab=spec["vocab"])
+    full = 1 + k + (depth - 1) * width * k
+    assert call.cumu_count == full, (
+        f"the draft round stopped at cumu_count {call.cumu_count} "
+        f"({call.notes['stop']}), not the full {full}")
+    n = call.n(maxv)
+    transfers = {}
+    _, node_at, _, _, starts = await run_calls(dut, kernel, [call], idle=0.0,
+                                               backpressure=0.0, rng=rng,
+                                               transfers=transfers)
+    first = min(transfers[name][0] for name in INPUTS)
+    last = max(transfers[name][-1] for name in OUTPUTS)
+    ports = {name: port_bytes(len(transfers[name]), len(getattr(dut, f"{name}__payload")))
+             for name in INPUTS + OUTPUTS}
+    request_at = [node_at[i] for i in starts]
+    measurement = {
+        "cycles": last - first + 1,
+        "bytes_in": sum(ports[name] for name in INPUTS),
+        "bytes_out": sum(ports[name] for name in OUTPUTS),
+        "operations": batch * ((call.cumu_count - 1) * (n - 1) + n),
+        "invocations": 1,
+        "ports": ports,
+        "notes": f"one call, B={batch}: draft-round trees of cumu_count {call.cumu_count} "
+                 f"(K={k}, W={width}, depth {depth}), n={n}, packed mask layout "
+                 f"(QLEN_ONLY_BITPACKING), {len(transfers['mask'])} mask words of "
+                 f"{kernel.mask_lanes} bits; DUT MAXN={maxn}, MAXV={maxv}",
+    }
+    if batch > 1:
+        measurement["initiation_interval"] = (request_at[-1] - request_at[0]) / (batch - 1)
+    dut._log.info(f"measurement: {measurement}")
+    write_summary(vectors=1, requests=batch, cycles=measurement["cycles"],
+                  measurement=measurement)

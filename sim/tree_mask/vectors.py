@@ -286,11 +286,13 @@ def _tie_sampler(seed, vocab, k, *, zeros=False):
 def grown_call(name, *, seed, batch, k, width, depths, maxn, verify_num, mode, seq_lens=None,
                cost=0.0, sampler="synthetic", vocab=32000):
     """A call on trees grown by the golden draft round (``DraftRoundConfig`` with the given
-    K, width cap, depths, ``max_node_count = maxn``)."""
+    K, width cap, depths, ``max_node_count = maxn``; ``sort_width`` 128 where ``K * width``
+    exceeds 64, e.g. EAGLE-2's K = W = 10)."""
     cfg = DraftRoundConfig(batch_size=batch, node_top_k=k, max_tree_width=width,
                            depths=depths, verify_num=max(1, min(verify_num, 1 << 16)),
                            max_verify_num=max(1, min(verify_num, 1 << 16)),
-                           max_node_count=maxn, max_input_size=4096, cost_per_node=cost)
+                           max_node_count=maxn, max_input_size=4096, cost_per_node=cost,
+                           sort_width=64 if k * width <= 64 else 128)
     if sampler == "synthetic":
         sample = synthetic_sampler(seed, vocab, k)
     else:

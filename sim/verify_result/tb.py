@@ -12,6 +12,10 @@ random idle cycles on the three inputs and back-pressure on both outputs. Every 
 ``commit`` writes are applied to copies of the initial ``verified_id`` / ``req_to_token``
 buffers and its ``result`` beats read back (``vectors.decode``), then every output tensor is
 compared whole with the golden's.
+
+With ``measure`` (``sim.verify_result.measure``): only the ``measurement`` test runs, one
+verify step of a benchmark contract point, checked against the golden; the summary's
+``measurement`` holds cycles, port bytes and operations.
 """
 
 import random
@@ -29,6 +33,7 @@ from sim.cocotb_tb import (
     write_summary,
 )
 from sim.payload import pack, unpack
+from sim.targets import port_bytes
 from sim.verify_result.vectors import (
     OUTPUT_NAMES,
     call_from_case,
@@ -40,6 +45,7 @@ from sim.verify_result.vectors import (
     perf_call,
     random_call,
     request_fields,
+    verify_step_call,
 )
 
 
@@ -127,6 +133,8 @@ async def _replay_case(dut, kernel, path, rng):
 @cocotb.test()
 async def verify_result_matches_golden(dut):
     cfg = config()
+    if "measure" in cfg:  # a `measure` run (sim.verify_result.measure): measurement only
+        return
     kernel = VerifyResult(**cfg["parameters"])
     maxd, maxs = kernel.max_draft_tokens, kernel.max_speculative_tokens
     _check_ports(dut, kernel)
@@ -168,3 +176,51 @@ async def verify_result_matches_golden(dut):
                "call": f"{call_cycles} cycles for {perf.batch_size} requests incl. fill and "
                        "drain",
                "requests checked": requests})
+
+
+INPUTS, OUTPUTS = ("cmd", "nodes", "request"), ("commit", "result")
+
+
+@cocotb.test()
+async def measurement(dut):
+    """The cycle budget of one verify step (``config["measure"]``), docs/contributing.md.
+
+    One call of ``batch`` requests (``vectors.verify_step_call`` at the point, seed
+    ``seed``) without idle or back-pressure, checked against the golden (``run_calls``).
+    Cycles: first input transfer to last output transfer; bytes: ``port_bytes`` of every
+    port's transfers.
+    """
+    cfg = config()
+    if "measure" not in cfg:
+        return
+    spec = cfg["measure"]
+    kernel = VerifyResult(**cfg["parameters"])
+    _check_ports(dut, kernel)
+    rng = random.Random(cfg["seed"])
+    await start_clock_and_reset(dut)
+
+    call = verify_step_call(seed=cfg["seed"], **spec)
+    at = dict(zip(INPUTS + OUTPUTS, await run_calls(dut, kernel, [call], idle=0.0,
+                                                    backpressure=0.0, rng=rng), strict=True))
+    want = expected(call)
+    lengths = want["accept_length"].astype(np.int64)
+    ports = {name: port_bytes(len(at[name]), len(getattr(dut, f"{name}__payload")))
+             for name in INPUTS + OUTPUTS}
+    batch = call.batch_size
+    measurement = {
+        "cycles": max(at[name][-1] for name in OUTPUTS)
+        - min(at[name][0] for name in INPUTS) + 1,
+        "bytes_in": sum(ports[name] for name in INPUTS),
+        "bytes_out": sum(ports[name] for name in OUTPUTS),
+        "operations": 2 * int(lengths.sum()) + batch,
+        "invocations": 1,
+        "ports": ports,
+        "notes": f"one call, B={batch}, n={call.n}, S={call.s}: greedy K6 outputs on "
+                 f"draft-round verify trees, accept lengths {lengths.tolist()}, "
+                 f"{int(want['finished'].sum())} finished",
+    }
+    if batch > 1:
+        measurement["initiation_interval"] = (at["result"][-1] - at["result"][0]) / (batch - 1)
+    dut._log.info(f"measurement: {measurement}")
+    write_summary(vectors=1, requests=batch, cycles=measurement["cycles"],
+                  measurement=measurement)

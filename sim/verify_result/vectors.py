@@ -25,8 +25,8 @@ from sim.tree_mask.vectors import grown_call, manual_call
 
 __all__ = ["Call", "OUTPUT_NAMES", "SENTINEL", "expected", "command", "node_fields",
            "request_fields", "decode", "check", "greedy_call", "random_call", "directed_calls",
-           "perf_call", "call_from_case", "example_case", "write_example_case",
-           "EXAMPLE_CASE"]
+           "perf_call", "verify_step_call", "call_from_case", "example_case",
+           "write_example_case", "EXAMPLE_CASE"]
 
 I32, I64 = np.int32, np.int64
 SENTINEL = -777
@@ -353,6 +353,27 @@ def perf_call(*, batch_size: int, verify_num: int, max_node_count: int, s: int,
                       maxn=max_node_count, verify_num=verify_num, mode=1)
     return greedy_call(f"perf B={batch_size} n={tree.n(verify_num)} S={s}", tree, s=s,
                        rng=rng, follow=0.9, eos="none", limit="none")
+
+
+def verify_step_call(*, batch: int, node_top_k: int, tree_width: int, depth: int,
+                     verify_num: int, vocab: int, seed: int, follow: float = 0.8) -> Call:
+    """One verify step at a benchmark contract point (the measurements of K7 and of the
+    active-slot compaction): ``batch`` trees grown by the golden draft round with ``K``, width
+    cap ``tree_width`` and ``depth`` depths at full width (cost 0: ``1 + K + (depth-1)*W*K``
+    nodes), tokens below ``vocab``; their K4 verify trees (``n = min(verify_num, nodes)``);
+    ``S = depth + 1`` (the root plus one token per depth); the golden greedy K6 with a target
+    that follows a draft child with probability ``follow``; ``greedy_call``'s random EOS and
+    length limits (so some requests may finish). Deterministic in ``seed``."""
+    rng = np.random.default_rng(seed)
+    nodes = 1 + node_top_k + (depth - 1) * tree_width * node_top_k
+    tree = grown_call(f"verify step tree K={node_top_k} W={tree_width} depth={depth}",
+                      seed=seed, batch=batch, k=node_top_k, width=tree_width, depths=depth,
+                      maxn=nodes, verify_num=verify_num, mode=1, vocab=vocab)
+    if tree.cumu_count != nodes:
+        raise AssertionError(f"the draft round stopped at cumu_count {tree.cumu_count} "
+                             f"({tree.notes['stop']}), not the full {nodes}")
+    return greedy_call(f"verify step B={batch} n={tree.n(verify_num)} S={depth + 1}", tree,
+                       s=depth + 1, rng=rng, follow=follow)
 
 
 # --- case files -----------------------------------------------------------------------------
