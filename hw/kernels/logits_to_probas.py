@@ -284,7 +284,7 @@ class LogitsToProbas(wiring.Component):
 
     def __init__(self, *, max_vocab_size=DEFAULTS["max_vocab_size"], lanes=DEFAULTS["lanes"],
                  input_format=DEFAULTS["input_format"],
-                 row_count_width=DEFAULTS["row_count_width"]):
+                 row_count_width=DEFAULTS["row_count_width"], src_loc_at: int = 0):
         _check_int("max_vocab_size", max_vocab_size, 1, 1 << 24)
         _check_int("lanes", lanes, 1, 16)
         if lanes & (lanes - 1):
@@ -314,7 +314,7 @@ class LogitsToProbas(wiring.Component):
             "logits": In(stream.Signature(self._logits_layout)),
             "probs": Out(stream.Signature(self._probs_layout)),
             "predict": Out(stream.Signature(self._predict_layout)),
-        })
+        }, src_loc_at=src_loc_at)
         # Filled in by elaborate (also available before: see `exp_latency`).
         self._exp_figures = None
 
@@ -552,4 +552,4 @@ class LogitsToProbas(wiring.Component):
 def synthesis_configuration(**overrides) -> LogitsToProbas:
     """K5 for the synthesis report: ``DEFAULTS``, i.e. vocabularies up to 131072 (Llama 3's
     128256), 1 lane, float32 input (``lanes``/``input_format`` overrides widen it)."""
-    return LogitsToProbas(**{**DEFAULTS, **overrides})
+    return LogitsToProbas(**{**DEFAULTS, **overrides}, src_loc_at=1)  # located at the caller

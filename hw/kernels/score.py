@@ -619,4 +619,4 @@ def synthesis_configuration(**overrides) -> ScoreKernel:
                   "hot_vocab_size": 32000, "remap_lanes": 8, "token_width": 32,
                   "element_width": 16, "hidden_lanes": 16, "max_hidden_size": 8192,
                   "address_width": 32}
-    return ScoreKernel(**{**parameters, **overrides})
+    return ScoreKernel(**{**parameters, **overrides}, src_loc_at=1)  # located at the caller
