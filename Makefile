@@ -56,7 +56,7 @@ report: $(SETUP)
 	$(BIN)/python -m hw.report --board $(BOARD) $(if $(KERNEL),--kernel $(KERNEL))
 
 lint: $(SETUP)
-	$(BIN)/ruff check hw golden sim boards tests
+	$(BIN)/ruff check hw golden sim flow boards tests
 
 # pytest's own exit status is kept in build/pytest.status (make reports every failure as 2);
 # .ci/run reads it to tell "no tests collected" (5) from failures.

@@ -6,7 +6,22 @@ Arrays may come flat (as in the CUDA captures) or shaped; outputs are returned a
 
 import numpy as np
 
-__all__ = ["check_int", "in_view", "out_view", "check_index_range"]
+__all__ = ["ParameterError", "ParameterTypeError", "check_int", "in_view", "out_view",
+           "check_index_range"]
+
+
+class ParameterError(ValueError):
+    """An argument or build parameter is out of range; ``parameter`` names it (as data, so
+    callers such as the build flow need not parse the message)."""
+
+    def __init__(self, parameter: str, message: str):
+        super().__init__(message)
+        self.parameter = parameter
+
+
+class ParameterTypeError(ParameterError, TypeError):
+    """An argument or build parameter has the wrong type (a ``ValueError`` and a
+    ``TypeError``); ``parameter`` names it."""
 
 
 
@@ -16,16 +31,20 @@ def check_int(name, value, lo, hi=None, *, lo_name=None, hi_name=None):
     Parameters: ``name`` argument name for the message; ``value`` the argument; ``lo``/``hi``
     inclusive bounds (``hi=None``: no upper bound); ``lo_name``/``hi_name`` spellings of the
     bounds in the message when they are other arguments (e.g. "`node_top_k`").
+
+    Raises ``ParameterTypeError`` for a non-integer (``bool`` included) and ``ParameterError``
+    for a value out of range, both carrying ``name`` as ``parameter``.
     """
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ValueError(f"`{name}` must be an integer, not {value!r}")
+        raise ParameterTypeError(name, f"`{name}` must be an integer, not {value!r}")
     value = int(value)
     lo_text = lo_name if lo_name is not None else str(lo)
     hi_text = hi_name if hi_name is not None else str(hi)
     if hi is None and value < lo:
-        raise ValueError(f"`{name}` must be at least {lo_text}, not {value}")
+        raise ParameterError(name, f"`{name}` must be at least {lo_text}, not {value}")
     if hi is not None and not lo <= value <= hi:
-        raise ValueError(f"`{name}` must be between {lo_text} and {hi_text}, not {value}")
+        raise ParameterError(name, f"`{name}` must be between {lo_text} and {hi_text}, "
+                                   f"not {value}")
     return value
 
 

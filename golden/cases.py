@@ -46,17 +46,25 @@ class Case(Mapping):
     are in ``meta`` (``()`` when the file has no meta line). ``path`` is the file read.
     """
 
-    def __init__(self, tensors: Mapping[str, tuple[str, ...]], meta: tuple[int, ...], path):
+    def __init__(self, tensors: Mapping[str, tuple[str, ...]], meta: tuple[int, ...], path,
+                 lines: Mapping[str, int] | None = None):
         """Build a case.
 
         Parameters:
             tensors: tensor name -> value tokens, in file order.
             meta: the numbers of the meta line, without its count.
             path: the file the case came from (used in error messages).
+            lines: tensor name -> its line in the file (used in error messages).
         """
         self._tensors = dict(tensors)
         self.meta = tuple(meta)
         self.path = Path(path)
+        self._lines = dict(lines or {})
+
+    def where(self, name: str) -> str:
+        """``file:line`` of tensor ``name`` (``file`` alone when the line is not known)."""
+        line = self._lines.get(name)
+        return f"{self.path}:{line}" if line is not None else str(self.path)
 
     def __getitem__(self, name: str) -> tuple[str, ...]:
         try:
@@ -95,7 +103,7 @@ class Case(Mapping):
             return np.array(values, dtype=np.int64)
         except OverflowError:
             raise ValueError(
-                f"tensor {name!r} in case file {self.path} has a value outside int64"
+                f"{self.where(name)}: tensor {name!r} has a value outside int64"
             ) from None
 
     def bool_(self, name: str) -> np.ndarray:
@@ -108,8 +116,7 @@ class Case(Mapping):
         bad = [t for t in tokens if t not in ("0", "1")]
         if bad:
             raise ValueError(
-                f"tensor {name!r} in case file {self.path} must hold 0/1 values, "
-                f"found {bad[0]!r}"
+                f"{self.where(name)}: tensor {name!r} must hold 0/1 values, found {bad[0]!r}"
             )
         return np.array([t == "1" for t in tokens], dtype=np.bool_)
 
@@ -122,8 +129,8 @@ class Case(Mapping):
         tokens = self[name]
         if len(tokens) != 1:
             raise ValueError(
-                f"tensor {name!r} in case file {self.path} must hold one value to be read "
-                f"as a scalar, it holds {len(tokens)}"
+                f"{self.where(name)}: tensor {name!r} must hold one value to be read as a "
+                f"scalar, it holds {len(tokens)}"
             )
         return self._convert(name, int, "an integer")[0]
 
@@ -135,8 +142,8 @@ class Case(Mapping):
                 out.append(parse(token))
             except ValueError:
                 raise ValueError(
-                    f"tensor {name!r} in case file {self.path}: value {position} "
-                    f"({token!r}) is not {what}"
+                    f"{self.where(name)}: tensor {name!r}: value {position} ({token!r}) is "
+                    f"not {what}"
                 ) from None
         return out
 
@@ -191,6 +198,7 @@ def read_case(path_or_name: str | os.PathLike, *, meta_has_count: bool | None = 
     score_capture = _SCORE_CAPTURE_MARK in first_comment
 
     tensors: dict[str, tuple[str, ...]] = {}
+    tensor_lines: dict[str, int] = {}
     meta: tuple[int, ...] | None = None
     for lineno, line in enumerate(lines, start=1):
         parts = line.split()
@@ -206,7 +214,8 @@ def read_case(path_or_name: str | os.PathLike, *, meta_has_count: bool | None = 
         if name in tensors:
             raise ValueError(f"{where}: duplicate tensor {name!r}")
         tensors[name] = _parse_tensor(name, rest, where)
-    return Case(tensors, meta if meta is not None else (), path)
+        tensor_lines[name] = lineno
+    return Case(tensors, meta if meta is not None else (), path, tensor_lines)
 
 
 def _parse_tensor(name: str, rest: list[str], where: str) -> tuple[str, ...]:

@@ -62,7 +62,12 @@ def main(argv=None) -> int:
             print(f"error: {error}\nknown targets:\n{_listing()}", file=sys.stderr)
             return 2
         except (SimulationError, ValueError, FileNotFoundError) as error:
+            # Case files are parsed before anything is built: a malformed one fails here with
+            # its file, line and field.
             print(f"{name}: FAIL — {error}", file=sys.stderr)
+            return 1
+        except KeyError as error:  # a field the case file lacks
+            print(f"{name}: FAIL — {error.args[0]}", file=sys.stderr)
             return 1
         results.append(_summary_line(name, summary, time.monotonic() - start))
         if "waves" in summary:

@@ -5,7 +5,9 @@ Amaranth-generated ports (``<name>__valid``, ``<name>__ready``, ``<name>__payloa
 all in one clocked loop (``StreamBench``) and reports with ``write_summary``. Every endpoint can
 inject random idle cycles (sources) or back-pressure (sinks); ``StreamBench`` counts cycles and
 records when each item was accepted, from which ``latency_and_interval`` derives the
-first-output latency and the steady-state initiation interval.
+first-output latency and the steady-state initiation interval. ``ReadPortMemory`` answers a
+memory read port (address stream out of the DUT, data stream back) with random latency.
+Kernel testbenches use these through ``sim.bench.KernelBench``.
 """
 
 import json
@@ -20,7 +22,10 @@ from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 from .harness import CONFIG_ENV
 
 __all__ = ["config", "write_summary", "start_clock_and_reset", "StreamSource", "StreamSink",
-           "StreamBench", "latency_and_interval"]
+           "StreamBench", "ReadPortMemory", "latency_and_interval"]
+
+#: Summary entries that add up over the tests (phases) of one run; others are replaced.
+SUMMED = ("vectors", "requests", "directed_vectors", "random_vectors")
 
 
 def config() -> dict:
@@ -30,10 +35,25 @@ def config() -> dict:
 
 
 def write_summary(**summary) -> None:
-    """Hand figures (vectors checked, cycles, latency, ...) back to the harness."""
+    """Hand figures (vectors checked, cycles, latency, ...) back to the harness.
+
+    Every test (phase) of a run adds to the same summary: the counts in ``SUMMED`` add up,
+    ``extra`` entries are merged, other entries are replaced.
+    """
     path = config()["summary_path"]
+    merged = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            merged = json.load(f)
+    for key, value in summary.items():
+        if key in SUMMED:
+            merged[key] = merged.get(key, 0) + value
+        elif key == "extra":
+            merged["extra"] = {**merged.get("extra", {}), **value}
+        else:
+            merged[key] = value
     with open(path, "w") as f:
-        json.dump(summary, f, indent=1)
+        json.dump(merged, f, indent=1)
 
 
 async def start_clock_and_reset(dut, *, cycles: int = 2) -> None:
@@ -156,9 +176,76 @@ class StreamBench:
             self.cycle += 1
         await FallingEdge(self.clk)
         for endpoint in self.endpoints:  # leave the ports quiet
-            if isinstance(endpoint, StreamSource):
+            if isinstance(endpoint, StreamSource | ReadPortMemory):
                 endpoint.drive()
         return self.cycle - start
+
+
+class ReadPortMemory:
+    """Answers a DUT's memory read port: accepts word addresses on ``<address>`` (random
+    back-pressure) and returns ``lookup(address)`` on ``<data>`` after a latency drawn from
+    ``latency = (low, high)`` clocks, in address order, with random idle cycles on top.
+
+    ``reads`` counts the addresses, ``address_at``/``data_at`` the acceptance cycles of both
+    streams; ``done`` holds when no answer is pending. ``lookup`` may raise (an address out of
+    range fails the test).
+    """
+
+    def __init__(self, dut, lookup, *, address: str = "read_address", data: str = "read_data",
+                 latency=(1, 1), idle: float = 0.0, backpressure: float = 0.0,
+                 rng: random.Random | None = None):
+        self.name = address
+        self.lookup = lookup
+        self.latency = tuple(latency)
+        self.idle = idle
+        self.backpressure = backpressure
+        self._rng = rng or random.Random(2)
+        self._address_valid = getattr(dut, f"{address}__valid")
+        self._address_ready = getattr(dut, f"{address}__ready")
+        self._address = getattr(dut, f"{address}__payload")
+        self._data_valid = getattr(dut, f"{data}__valid")
+        self._data_ready = getattr(dut, f"{data}__ready")
+        self._data = getattr(dut, f"{data}__payload")
+        self._queue = deque()  # (due cycle, word)
+        self._offering = False
+        self._ready_now = False
+        self._now = 0
+        self.reads = 0
+        self.address_at = []
+        self.data_at = []
+        self._address_ready.value = 0
+        self._data_valid.value = 0
+
+    @property
+    def done(self) -> bool:
+        return not self._queue
+
+    def drive(self) -> None:
+        self._ready_now = self.backpressure <= 0 or self._rng.random() >= self.backpressure
+        self._address_ready.value = int(self._ready_now)
+        if self._offering:
+            return
+        if self._queue and self._queue[0][0] <= self._now and (
+                self.idle <= 0 or self._rng.random() >= self.idle):
+            self._data.value = self._queue[0][1]
+            self._data_valid.value = 1
+            self._offering = True
+        else:
+            self._data_valid.value = 0
+
+    def sample(self, cycle: int) -> None:
+        if self._offering and self._data_ready.value:
+            self._queue.popleft()
+            self._offering = False
+            self.data_at.append(cycle)
+        if self._ready_now and self._address_valid.value:
+            word = self.lookup(self._address.value.to_unsigned())
+            due = max(cycle + self._rng.randint(*self.latency),
+                      self._queue[-1][0] if self._queue else 0)
+            self._queue.append((due, word))
+            self.reads += 1
+            self.address_at.append(cycle)
+        self._now = cycle + 1
 
 
 def latency_and_interval(input_cycles, output_cycles) -> tuple[int, float]:

@@ -3,9 +3,11 @@
 ``build_model`` elaborates a component to Verilog and builds its Verilator model under
 ``build/sim/<name>-<hash>/``, where the hash covers the Verilog text, the tool versions and
 the wave-dump option: the same parameters reuse the model, any change to the hardware builds a
-new one. ``run_testbench`` runs a cocotb test module against a model, passes it a JSON
-configuration, checks the cocotb results file (a failing or empty run raises
-``SimulationError``) and returns the summary the testbench wrote.
+new one. ``run_testbench`` runs cocotb tests (all of a module, or the named ones: one test per
+testbench phase) against a model, passes them a JSON configuration, checks the cocotb results
+file (a failing run, or one that ran other than the named tests, raises ``SimulationError``)
+and returns the summary the tests wrote. ``COCOTB_TESTS_RUN`` counts the cocotb tests that
+really ran in this process (``make test`` prints it).
 """
 
 import hashlib
@@ -13,6 +15,7 @@ import importlib.metadata
 import itertools
 import json
 import os
+import re
 import shutil
 import sysconfig
 from dataclasses import dataclass
@@ -20,9 +23,10 @@ from pathlib import Path
 
 from amaranth.back import verilog
 
-__all__ = ["BUILD_ROOT", "SimulationError", "VerilatorModel", "build_model", "run_testbench",
-           "CONFIG_ENV"]
+__all__ = ["REPO_ROOT", "BUILD_ROOT", "SimulationError", "VerilatorModel", "build_model",
+           "run_testbench", "CONFIG_ENV", "COCOTB_TESTS_RUN"]
 
+#: The repository's root directory: the one constant every tool derives its paths from.
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_ROOT = REPO_ROOT / "build" / "sim"
 CONFIG_ENV = "EAGLE_SIM_CONFIG"
@@ -33,6 +37,9 @@ VERILATOR_ARGS = ("-Wno-fatal", "-O3", "--x-assign", "fast", "--x-initial", "fas
                   "-fno-inline")
 
 _run_counter = itertools.count()
+
+#: Cocotb tests that ran (passed or failed) in this process, per test module.
+COCOTB_TESTS_RUN: dict[str, int] = {}
 
 
 class SimulationError(RuntimeError):
@@ -121,8 +128,8 @@ def build_model(component, *, name: str, waves: bool = False, log=print) -> Veri
 
 
 def run_testbench(model: VerilatorModel, test_module: str, config: dict, *, seed: int,
-                  log_file: Path | None = None) -> dict:
-    """Run the cocotb tests of ``test_module`` on ``model``; return the testbench's summary.
+                  tests: tuple[str, ...] | None = None, log_file: Path | None = None) -> dict:
+    """Run cocotb tests of ``test_module`` on ``model``; return the testbench's summary.
 
     Parameters
     ----------
@@ -134,6 +141,10 @@ def run_testbench(model: VerilatorModel, test_module: str, config: dict, *, seed
         JSON-serialisable settings for the testbench (read with ``sim.cocotb_tb.config()``).
     seed : int
         cocotb's random seed; the testbench also finds it in its configuration.
+    tests : tuple of str or None
+        Names of the cocotb tests to run (exact names, the runner's test filter; they run in
+        the module's order); None: every test of the module. Each named test must run: a
+        name the module lacks is an error.
     log_file : Path or None
         Where the simulator's output goes (``None``: the console).
 
@@ -166,6 +177,8 @@ def run_testbench(model: VerilatorModel, test_module: str, config: dict, *, seed
             seed=seed,
             extra_env={CONFIG_ENV: str(config_path)},
             results_xml=str(results),
+            test_filter=(None if tests is None
+                         else r"\.(" + "|".join(map(re.escape, tests)) + ")$"),
             waves=model.waves,
             log_file=log_file,
         )
@@ -178,8 +191,12 @@ def run_testbench(model: VerilatorModel, test_module: str, config: dict, *, seed
     except RuntimeError as error:
         raise SimulationError(f"{test_module} on {model.toplevel} left no results "
                               f"(simulator exit code {exit_code}): {error}") from error
+    COCOTB_TESTS_RUN[test_module] = COCOTB_TESTS_RUN.get(test_module, 0) + total
     if total == 0:
         raise SimulationError(f"{test_module} ran no test on {model.toplevel}")
+    if tests is not None and total != len(tests):
+        raise SimulationError(f"{test_module} ran {total} cocotb tests on {model.toplevel}, "
+                              f"not the {len(tests)} named ({', '.join(tests)})")
     if failed:
         raise SimulationError(f"{failed} of {total} cocotb tests of {test_module} failed on "
                               f"{model.toplevel}; logs and results in {run_dir}")

@@ -1,56 +1,214 @@
-"""The simulation targets behind ``make sim KERNEL=<name>``: each a DUT plus its testbench."""
+"""The simulation targets behind ``make sim KERNEL=<name>``: each a DUT plus its testbench.
+
+A target is an instance of ``SimTarget`` (or of a subclass that overrides what its kernel needs)
+declared in ``TARGETS`` of a package ``sim/<kernel>/``. The target owns the one path from
+build parameters to a result:
+
+* ``make_dut(**parameters)``: the component at the target's ``parameters``, updated;
+* ``model(parameters)``: its Verilator model, built once per parameter set. The Verilog top
+  module is always called like the target (one rule); the model cache is keyed by the Verilog
+  text, so every parameter set gets its own model;
+* ``run(parameters, tests=..., case=..., overrides=...)``: the cocotb tests of the testbench
+  on that model (a plain run: the tests of ``phases``; a case replay: ``case_tests`` on the
+  parameters ``case_parameters`` derives from the case file, parsed before anything is built);
+* ``measure(point)``: the cycle budget of a benchmark contract point (``make report``): the
+  ``measurement`` test on the parameters ``measure_parameters(point)`` chooses.
+"""
 
 import importlib
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from .harness import build_model, run_testbench
+from . import harness
 
 __all__ = ["SimTarget", "UnknownTargetError", "discover_targets", "run_target", "target",
-           "NotMeasured", "port_bytes"]
+           "NotMeasured", "port_bytes", "DEFAULT_SEED", "contract_spec",
+           "draft_round_node_count", "check_limits"]
 
 DEFAULT_SEED = 1
 
 
-@dataclass(frozen=True)
+class NotMeasured(Exception):
+    """Raised by ``SimTarget.measure`` for a contract point the kernel cannot run (the
+    message, e.g. "N = 100 needs `sort_width` 128", goes into the cycle budget sheet)."""
+
+
 class SimTarget:
     """A cocotb testbench and the DUT it runs on.
 
-    Attributes
+    Parameters
     ----------
     name : str
-        What ``make sim KERNEL=`` takes.
+        What ``make sim KERNEL=`` takes; also the Verilog top-module name of its models.
     description : str
         One line for listings.
-    make_dut : callable
-        Returns the DUT component (the default parameter set).
+    component : callable or str
+        ``component(**parameters)`` returns the DUT (a ``wiring.Component``); a string
+        ``"package.module:Name"`` names it and is imported when first used (listing the
+        targets imports no hardware).
     testbench : str
         Module of the cocotb tests.
+    parameters : dict
+        The DUT's build parameters of ``make sim`` (passed to the testbench as
+        ``config["parameters"]`` with every run, so that it rebuilds the same layouts).
     config : dict
         Default testbench configuration (overridable per run).
-    takes_case : bool
-        Whether the testbench replays a case file (``CASE=``).
+    phases : tuple of str
+        The cocotb tests of a plain run, one per phase (empty: every test of the module).
+    figures_tests : tuple of str
+        The cocotb tests of the short run behind ``python -m hw.build``'s latency and
+        initiation-interval figures (their summary's ``latency_cycles`` and
+        ``initiation_interval``); empty: ``phases``.
     figures_config : dict
-        Configuration overrides for the short run behind ``python -m hw.build``'s latency and
-        initiation-interval figures (e.g. fewer vectors); empty: the default ``config``.
-    measure : callable or None
-        ``measure(point, *, seed, log_file) -> dict``: the cycle budget of one benchmark
-        contract point, measured in simulation (``make report``; see docs/contributing.md).
-        Returns ``cycles``, ``bytes_in``, ``bytes_out``, ``operations`` (and optionally
-        ``initiation_interval``, ``invocations``, ``ports``, ``notes``); raises
-        ``NotMeasured`` for a point outside the kernel's parameter range. None: no budget.
+        Configuration overrides for that run; empty: the default ``config``.
+    case_tests : tuple of str
+        The cocotb tests of a case replay (``CASE=``); empty: the target takes no case files.
+
+    Subclasses override ``case_parameters`` (build parameters a case file needs) and
+    ``measure_parameters`` (the cycle budget), or ``measure`` itself.
     """
 
-    name: str
-    description: str
-    make_dut: Callable
-    testbench: str
-    config: dict = field(default_factory=dict)
-    takes_case: bool = False
-    figures_config: dict = field(default_factory=dict)
-    measure: Callable | None = None
+    def __init__(self, name: str, description: str, *, component: Callable, testbench: str,
+                 parameters: dict | None = None, config: dict | None = None,
+                 phases: tuple[str, ...] = (), figures_tests: tuple[str, ...] = ("figures",),
+                 figures_config: dict | None = None, case_tests: tuple[str, ...] = ()):
+        self.name = name
+        self.description = description
+        self.component = component
+        self.testbench = testbench
+        self.parameters = dict(parameters or {})
+        self.config = dict(config or {})
+        self.phases = tuple(phases)
+        self.figures_tests = tuple(figures_tests) or self.phases
+        self.figures_config = dict(figures_config or {})
+        self.case_tests = tuple(case_tests)
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name}>"
+
+    @property
+    def takes_case(self) -> bool:
+        """Whether the testbench replays case files (``CASE=``)."""
+        return bool(self.case_tests)
+
+    @property
+    def has_measure(self) -> bool:
+        """Whether the target measures benchmark contract points (``make report``)."""
+        return type(self).measure_parameters is not SimTarget.measure_parameters or \
+            type(self).measure is not SimTarget.measure
+
+    def make_dut(self, **parameters):
+        """The DUT at ``self.parameters`` updated by ``parameters``."""
+        component = self.component
+        if isinstance(component, str):
+            module, _, attribute = component.partition(":")
+            component = getattr(importlib.import_module(module), attribute)
+        return component(**{**self.parameters, **parameters})
+
+    def model(self, parameters: dict | None = None, *, waves: bool = False,
+              log=print) -> harness.VerilatorModel:
+        """Build (or reuse) the Verilator model of ``make_dut(**parameters)``."""
+        return harness.build_model(self.make_dut(**(parameters or {})), name=self.name,
+                                   waves=waves, log=log)
+
+    def model_built(self, parameters: dict | None = None) -> bool:
+        """Whether the (non-tracing) model of these parameters is in the cache already."""
+        text = harness.elaborate(self.make_dut(**(parameters or {})), name=self.name)
+        return (harness.model_directory(text, name=self.name, waves=False)
+                / "model.stamp").exists()
+
+    def case_parameters(self, case: Path, parameters: dict) -> dict:
+        """The build parameters that replay ``case``: ``parameters`` (the run's), changed
+        where the case needs more (a larger table, another ``node_top_k``, ...).
+
+        Parses the file and raises ``ValueError`` naming file, line and tensor for a malformed
+        one (``golden.cases``), before anything is built. The default takes ``parameters`` as they
+        are; a target with case files overrides it.
+        """
+        return parameters
+
+    def run(self, parameters: dict | None = None, *, overrides: dict | None = None,
+            seed: int | None = None, case: str | Path | None = None,
+            tests: tuple[str, ...] | None = None, waves: bool = False,
+            log_file: Path | None = None, log=print) -> dict:
+        """Build (or reuse) the model and run testbench tests on it; returns the summary.
+
+        Parameters
+        ----------
+        parameters : dict or None
+            Build parameters to change from ``self.parameters``.
+        overrides : dict or None
+            Testbench configuration entries to change (e.g. fewer vectors in unit tests).
+        seed : int or None
+            Seed of the random vectors (``DEFAULT_SEED`` when None).
+        case : path or None
+            Case file to replay (runs ``case_tests`` on ``case_parameters``).
+        tests : tuple of str or None
+            The cocotb tests to run; None: ``case_tests`` with a case, else ``phases``.
+        waves : bool
+            Dump an FST trace (uses a separately built, tracing model).
+        log_file : Path or None
+            Simulator output destination (``None``: the console).
+        """
+        parameters = {**self.parameters, **(parameters or {})}
+        config = {**self.config, **(overrides or {})}
+        if case is not None:
+            if not self.takes_case:
+                raise ValueError(f"simulation target {self.name!r} does not replay case files")
+            case = Path(case).resolve()
+            if not case.is_file():
+                raise FileNotFoundError(f"case file {case} does not exist")
+            parameters = self.case_parameters(case, parameters)
+            config["case"] = str(case)
+            tests = self.case_tests if tests is None else tests
+        config["parameters"] = parameters
+        if not tests:
+            tests = self.phases or None
+        model = self.model(parameters, waves=waves, log=log)
+        return harness.run_testbench(model, self.testbench, config,
+                                     seed=DEFAULT_SEED if seed is None else seed, tests=tests,
+                                     log_file=log_file)
+
+    def measure_parameters(self, point: dict) -> tuple[dict, dict]:
+        """``(parameters, spec)`` of a benchmark contract point: the build parameters its
+        measurement runs on and the testbench's ``config["measure"]``. Raises
+        ``NotMeasured`` for a point outside the kernel's range."""
+        raise NotMeasured(f"simulation target {self.name!r} has no measurement")
+
+    def measure(self, point: dict, *, seed: int, log_file: Path | None = None) -> dict:
+        """The cycle budget of one benchmark contract point (``make report``).
+
+        Runs the testbench's ``measurement`` test with ``config["measure"]`` on the model of
+        ``measure_parameters(point)`` and returns its ``measurement``: ``cycles``,
+        ``bytes_in``, ``bytes_out``, ``operations`` (optionally ``initiation_interval``,
+        ``invocations``, ``ports``, ``notes``); docs/contributing.md.
+        """
+        parameters, spec = self.measure_parameters(point)
+        summary = self.run(parameters, overrides={"measure": spec}, seed=seed,
+                           tests=("measurement",), log_file=log_file)
+        return summary["measurement"]
+
+
+def contract_spec(point: dict) -> dict:
+    """The tree and vocabulary of a benchmark contract point, the ``config["measure"]`` of the
+    verify-side kernels (each grows the point's draft-round trees itself)."""
+    return {key: point[key] for key in ("batch", "node_top_k", "tree_width", "depth",
+                                        "verify_num", "vocab")}
+
+
+def draft_round_node_count(node_top_k: int, tree_width: int, depth: int) -> int:
+    """``cumu_count`` after a full-width draft round: the root, ``K`` nodes at depth 1, then
+    ``W * K`` per further depth (``1 + K + (depth - 1) * W * K``)."""
+    return 1 + node_top_k + (depth - 1) * tree_width * node_top_k
+
+
+def check_limits(limits: dict[str, tuple[int, int, str]]) -> None:
+    """Raise ``NotMeasured`` for the first ``name: (value, limit, parameter)`` whose value
+    exceeds its limit ("n = 80 exceeds `max_nodes` 64")."""
+    for name, (value, limit, parameter) in limits.items():
+        if value > limit:
+            raise NotMeasured(f"{name} = {value} exceeds `{parameter}` {limit}")
 
 
 def discover_targets() -> dict[str, SimTarget]:
@@ -88,49 +246,13 @@ def target(name: str) -> SimTarget:
         raise UnknownTargetError(name) from None
 
 
-def run_target(name: str, *, seed: int | None = None, waves: bool = False,
-               case: str | Path | None = None, overrides: dict | None = None,
-               log_file: Path | None = None, log=print) -> dict:
-    """Build (or reuse) the target's model, run its testbench, return the summary.
-
-    Parameters
-    ----------
-    name : str
-        Target name (see ``discover_targets``).
-    seed : int or None
-        Seed of the random vectors (``DEFAULT_SEED`` when None).
-    waves : bool
-        Dump an FST trace (uses a separately built, tracing model).
-    case : path or None
-        Case file to replay, for targets that take one.
-    overrides : dict or None
-        Testbench configuration entries to change (e.g. fewer vectors in unit tests).
-    log_file : Path or None
-        Simulator output destination (``None``: the console).
-    """
-    sim_target = target(name)
-    config = {**sim_target.config, **(overrides or {})}
-    if case is not None:
-        if not sim_target.takes_case:
-            raise ValueError(f"simulation target {name!r} does not replay case files")
-        case = Path(case).resolve()
-        if not case.is_file():
-            raise FileNotFoundError(f"case file {case} does not exist")
-        config["case"] = str(case)
-    model = build_model(sim_target.make_dut(), name=name, waves=waves, log=log)
-    return run_testbench(model, sim_target.testbench, config,
-                         seed=DEFAULT_SEED if seed is None else seed, log_file=log_file)
-
-
-class NotMeasured(Exception):
-    """Raised by ``SimTarget.measure`` for a contract point the kernel cannot run (the
-    message, e.g. "N = 100 needs `sort_width` 128", goes into the cycle budget sheet)."""
+def run_target(name: str, **options) -> dict:
+    """``target(name).run(**options)``: the target's model at its default parameters (or a
+    case's), its testbench; the summary (see ``SimTarget.run``)."""
+    return target(name).run(**options)
 
 
 def port_bytes(transfers: int, payload_bits: int) -> int:
     """Bytes that ``transfers`` beats of a ``payload_bits``-wide port move: every beat counts
-    whole bytes (``ceil(payload_bits / 8)``), the convention of the cycle budget sheet.
-
-    In a cocotb testbench: ``port_bytes(len(sink.accepted_at), len(dut.o__payload))``.
-    """
+    whole bytes (``ceil(payload_bits / 8)``), the convention of the cycle budget sheet."""
     return transfers * ((payload_bits + 7) // 8)

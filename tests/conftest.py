@@ -1,6 +1,9 @@
-"""Shared fixtures: simulation summaries are printed at the end of the pytest run."""
+"""Shared fixtures: simulation summaries and the number of cocotb tests that really ran are
+printed at the end of the pytest run."""
 
 import pytest
+
+from sim.harness import COCOTB_TESTS_RUN
 
 _SIM_REPORT: list[str] = []
 
@@ -16,3 +19,10 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("simulation summary")
         for line in _SIM_REPORT:
             terminalreporter.write_line(line)
+    if COCOTB_TESTS_RUN:
+        terminalreporter.section("cocotb tests")
+        for module, count in sorted(COCOTB_TESTS_RUN.items()):
+            terminalreporter.write_line(f"{module}: {count}")
+        terminalreporter.write_line(f"{sum(COCOTB_TESTS_RUN.values())} cocotb tests ran under "
+                                    "Verilator (each one phase of a testbench; none returns "
+                                    "early)")

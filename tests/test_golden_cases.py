@@ -198,15 +198,16 @@ def test_bad_values(tmp_path):
     path = tmp_path / "c.txt"
     path.write_text("f 2 1.5 x\nb 2 0 2\ni 1 1.5\nv 2 1 2\nhuge 1 9223372036854775808\n")
     case = read_case(path)
-    with pytest.raises(ValueError, match=r"'f'.*value 1 \('x'\) is not a float"):
+    # Every message names the file, the line and the tensor.
+    with pytest.raises(ValueError, match=r"c.txt:1: tensor 'f': value 1 \('x'\) is not a float"):
         case.f32("f")
-    with pytest.raises(ValueError, match="0/1"):
+    with pytest.raises(ValueError, match="c.txt:2: tensor 'b' must hold 0/1"):
         case.bool_("b")
-    with pytest.raises(ValueError, match="not an integer"):
+    with pytest.raises(ValueError, match="c.txt:3: tensor 'i': .*not an integer"):
         case.i64("i")
-    with pytest.raises(ValueError, match="one value"):
+    with pytest.raises(ValueError, match="c.txt:4: tensor 'v' must hold one value"):
         case.scalar("v")
-    with pytest.raises(ValueError, match="outside int64"):
+    with pytest.raises(ValueError, match="c.txt:5: tensor 'huge' has a value outside int64"):
         case.i64("huge")
 
 

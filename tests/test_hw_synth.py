@@ -2,8 +2,8 @@
 
 import pytest
 
+from flow.synth import resource_counts, synthesize
 from hw.lib.float32 import Float32Add
-from hw.synth import resource_counts, synthesize
 
 
 def test_resource_counts_maps_primitives_to_board_resources():

@@ -5,8 +5,8 @@ regression against ``golden.compact_active_slots``."""
 import numpy as np
 import pytest
 
-from hw.kernels.active_slots import ActiveSlots, synthesis_configuration
-from sim.active_slots import run_parameters
+from hw.kernels.active_slots import ActiveSlots, synthesis_parameters
+from sim.active_slots import TARGET
 from sim.active_slots.pysim import run_on_amaranth
 from sim.active_slots.vectors import (
     EXAMPLE_CASE,
@@ -16,10 +16,10 @@ from sim.active_slots.vectors import (
     expected,
     k7_call,
     random_call,
+    write_case_file,
     write_example_case,
 )
 from sim.harness import BUILD_ROOT
-from sim.targets import run_target
 
 SMALL = {"max_batch_size": 13}
 
@@ -42,12 +42,12 @@ def test_parameters_and_layouts():
     assert dut.max_batch_size == 1000 and dut.batch_bits == 10
     with pytest.raises(AttributeError):
         dut.max_batch_size = 3
-    assert dut.cmd_layout.size == 10 and dut.finished_layout.size == 3
-    assert dut.inverse_layout.size == dut.slot_layout.size == 11 + 2
-    assert dut.count_layout.size == 10
-    config = synthesis_configuration()
-    config._MustUse__silence = True  # built in hw/kernels, never elaborated here
-    assert config.max_batch_size == 256
+    params = dut.params
+    assert params.cmd_layout.size == 10 and params.finished_layout.size == 3
+    assert params.inverse_layout.size == params.slot_layout.size == 11 + 2
+    assert params.count_layout.size == 10
+    assert synthesis_parameters().max_batch_size == 256
+    assert synthesis_parameters(max_batch_size=8).batch_bits == 4
 
 
 def test_golden_of_a_batch_finishing_in_the_middle():
@@ -84,10 +84,9 @@ def test_example_case_is_current_and_matches_golden(tmp_path):
 
 
 def test_matches_golden_under_verilator(sim_report):
-    summary = run_parameters(SMALL, overrides={"vectors": 60,
-                                               "perf": {"batch_size": 13,
-                                                        "finished_fraction": 0.3}},
-                             log_file=BUILD_ROOT / "pytest-active_slots.log")
+    summary = TARGET.run(SMALL, overrides={"vectors": 60,
+                                           "perf": {"batch_size": 13, "finished_fraction": 0.3}},
+                         log_file=BUILD_ROOT / "pytest-active_slots.log")
     assert summary["random_vectors"] == 60
     assert summary["initiation_interval"] == 1.0  # a row a clock
     sim_report(f"active_slots {SMALL}: {summary['vectors']} calls ({summary['requests']} "
@@ -95,13 +94,33 @@ def test_matches_golden_under_verilator(sim_report):
 
 
 def test_case_replay_under_verilator():
-    summary = run_parameters(SMALL, case=EXAMPLE_CASE,
-                             log_file=BUILD_ROOT / "pytest-active_slots-case.log")
+    summary = TARGET.run(SMALL, case=EXAMPLE_CASE,
+                         log_file=BUILD_ROOT / "pytest-active_slots-case.log")
     assert summary["vectors"] == 1 and summary["extra"]["expected tensors"] == "3 of 3 checked"
+
+
+def test_case_with_a_larger_batch_builds_a_larger_model(tmp_path):
+    """A case whose batch exceeds the build's ``max_batch_size`` replays on a model built for
+    it (``case_parameters``)."""
+    rng = np.random.default_rng(11)
+    call = Call("batch 40", rng.random(40) < 0.4)
+    path = tmp_path / "batch40.txt"
+    write_case_file(call, path)
+    assert TARGET.case_parameters(path, SMALL) == {"max_batch_size": 40}
+    summary = TARGET.run(SMALL, case=path, log_file=BUILD_ROOT / "pytest-active_slots-b40.log")
+    assert summary["extra"]["batch_size"] == 40
+    assert summary["extra"]["expected tensors"] == "3 of 3 checked"
+
+
+def test_malformed_case_is_refused_before_any_build(tmp_path):
+    path = tmp_path / "broken.txt"
+    path.write_text("finished 3 1 0\n")
+    with pytest.raises(ValueError, match=r"broken.txt:1: tensor 'finished'"):
+        TARGET.run(SMALL, case=path)
 
 
 @pytest.mark.slow
 def test_make_sim_target_under_verilator(sim_report):
-    summary = run_target("active_slots", log_file=BUILD_ROOT / "pytest-active_slots-full.log")
+    summary = TARGET.run(log_file=BUILD_ROOT / "pytest-active_slots-full.log")
     assert summary["initiation_interval"] == 1.0
     sim_report(f"active_slots (make sim): {summary['vectors']} calls bit-exact")

@@ -2,6 +2,8 @@
 """K5 ``LogitsToProbas``: parameter validation, the dataflow/sequencer helpers, the kernel on
 Amaranth's simulator, and the Verilator regression against ``golden.logits_to_probas``."""
 
+from dataclasses import asdict
+
 import numpy as np
 import pytest
 from amaranth.hdl import Const, Module, Signal
@@ -10,20 +12,22 @@ from golden.logits_to_probas import _fast_two_sum, _two_prod
 from hw.kernels.logits_to_probas import (
     DEFAULTS,
     LogitsToProbas,
-    synthesis_configuration,
+    LogitsToProbasParams,
+    synthesis_parameters,
 )
 from hw.lib.float32_dataflow import Float32Dataflow, Float32Sequencer
+from hw.lib.params import ParameterError
 from sim.amaranth_tb import simulate
 from sim.harness import BUILD_ROOT
-from sim.logits_to_probas import PARAMETERS, run_parameters
+from sim.logits_to_probas import PARAMETERS, TARGET
 from sim.logits_to_probas.pysim import run_on_amaranth
 from sim.logits_to_probas.vectors import (
+    bf16_round,
     call_from_case,
     expected,
     make_call,
     write_case_file,
 )
-from sim.targets import run_target
 
 F32 = np.float32
 
@@ -45,8 +49,10 @@ F32 = np.float32
     ],
 )
 def test_invalid_parameters(arguments, message):
-    with pytest.raises(ValueError, match=message):
-        LogitsToProbas(**arguments)
+    with pytest.raises(ValueError, match=message) as error:
+        LogitsToProbasParams(**arguments)
+    assert isinstance(error.value, ParameterError)
+    assert error.value.parameter == next(iter(arguments))
 
 
 def test_parameters_and_layouts():
@@ -56,22 +62,27 @@ def test_parameters_and_layouts():
         (1000, 4, "bfloat16", 8)
     with pytest.raises(AttributeError):
         dut.lanes = 2
-    assert dut.max_words == 250 and dut.token_width == 10
-    assert dut.accumulator_width == 10 + 65
-    assert dut.cmd_layout.size == 32 + 10 + 8
-    assert dut.logits_layout.size == 4 * 16 + 2
-    assert dut.probs_layout.size == 4 * 32 + 2
-    assert dut.predict_layout.size == 10 + 2
-    assert {name: getattr(LogitsToProbas(), name) for name in DEFAULTS} == DEFAULTS
-    assert {name: getattr(LogitsToProbas(), name) for name in PARAMETERS} == PARAMETERS
+    params = dut.params
+    assert params == LogitsToProbasParams(max_vocab_size=1000, lanes=4,
+                                          input_format="bfloat16", row_count_width=8)
+    assert params.max_words == 250 and params.token_width == 10
+    assert params.accumulator_width == 10 + 65
+    assert params.cmd_layout.size == 32 + 10 + 8
+    assert params.logits_layout.size == 4 * 16 + 2
+    assert params.probs_layout.size == 4 * 32 + 2
+    assert params.predict_layout.size == 10 + 2
+    assert dut.max_words == 250 and dut.predict_layout == params.predict_layout
+    assert set(params.ports) == {"cmd", "logits", "probs", "predict"}
+    assert asdict(LogitsToProbasParams()) == DEFAULTS
+    assert {name: DEFAULTS[name] for name in PARAMETERS} == PARAMETERS
     figures = dut.exp_figures()
     assert figures["adds"] == 26 and figures["multiplies"] == 16
     assert figures["latency"] > 100
 
 
-def test_synthesis_configuration():
-    dut, wide = synthesis_configuration(), synthesis_configuration(lanes=4)
-    assert dut.max_vocab_size >= 128256 and wide.lanes == 4
+def test_synthesis_parameters():
+    params, wide = synthesis_parameters(), synthesis_parameters(lanes=4)
+    assert params.max_vocab_size >= 128256 and wide.lanes == 4
 
 
 # --- the helpers -----------------------------------------------------------------------------
@@ -150,34 +161,34 @@ def test_sequencer_program():
 
 
 def test_softmax_and_greedy_one_lane():
-    kernel = LogitsToProbas(max_vocab_size=64, lanes=1)
+    parameters = {"max_vocab_size": 64, "lanes": 1}
     rng = np.random.default_rng(0)
     x = rng.normal(0, 3, (3, 9)).astype(F32)
     x[1, 2] = -np.inf
-    run_on_amaranth(kernel, [make_call(x, [0.0, 0.7, 0.0], 1, "three requests")], idle=0.3,
+    run_on_amaranth(parameters, [make_call(x, [0.0, 0.7, 0.0], 1, "three requests")], idle=0.3,
                     backpressure=0.3, seed=1)
 
 
 def test_directed_two_lanes():
     """Ties in the max, all -inf rows and V = lanes + 1 on two lanes (the full directed set
     and random calls run under Verilator)."""
-    kernel = LogitsToProbas(max_vocab_size=16, lanes=2)
+    parameters = {"max_vocab_size": 16, "lanes": 2}
     rng = np.random.default_rng(7)
     row = rng.normal(0, 2, 7).astype(F32)
     row[[1, 4, 6]] = row.max() + 1
     calls = [make_call(np.stack([row, np.full(7, -np.inf, F32)]), [1.5], 2, "ties, -inf"),
              make_call(rng.normal(0, 3, (1, 3)).astype(F32), [0.05], 1, "V = lanes + 1")]
-    run_on_amaranth(kernel, calls, idle=0.2, backpressure=0.2, seed=2)
+    run_on_amaranth(parameters, calls, idle=0.2, backpressure=0.2, seed=2)
 
 
 @pytest.mark.slow
 def test_bfloat16_input_four_lanes():
     """bfloat16 input on four lanes (Amaranth's simulator; ~3 minutes on 2 cores)."""
-    kernel = LogitsToProbas(max_vocab_size=16, lanes=4, input_format="bfloat16")
+    parameters = {"max_vocab_size": 16, "lanes": 4, "input_format": "bfloat16"}
     rng = np.random.default_rng(9)
     x = rng.normal(0, 3, (2, 11)).astype(F32)
     x[0, :3] = x[0, 5]  # ties after bf16 truncation too
-    run_on_amaranth(kernel, [make_call(x, [0.9, 0.0], 1, "bf16")], idle=0.2,
+    run_on_amaranth(parameters, [make_call(x, [0.9, 0.0], 1, "bf16")], idle=0.2,
                     backpressure=0.2, seed=3)
 
 
@@ -198,8 +209,7 @@ def test_case_file_round_trip(tmp_path):
 
 
 def test_verilator_regression():
-    summary = run_target("logits_to_probas",
-                         overrides={"random_calls": 12, "row_vocab": 2000},
+    summary = TARGET.run(overrides={"random_calls": 12, "row_vocab": 2000},
                          log_file=BUILD_ROOT / "pytest-logits_to_probas.log")
     assert summary["vectors"] > 50
     assert summary["latency_cycles"] > 0
@@ -210,28 +220,92 @@ def test_verilator_case(tmp_path):
     call = make_call(rng.normal(0, 2, (3, 50)).astype(F32), [0.8, 0.0, 1.5], 1, "case")
     path = tmp_path / "k5_case.txt"
     write_case_file(path, call)
-    summary = run_target("logits_to_probas", case=path,
-                         log_file=BUILD_ROOT / "pytest-logits_to_probas-case.log")
+    summary = TARGET.run(case=path, log_file=BUILD_ROOT / "pytest-logits_to_probas-case.log")
     assert summary["vectors"] == 3
+
+
+# A small build for case replays: a case's V and n raise `max_vocab_size` and
+# `row_count_width` (`TARGET.case_parameters`).
+SMALL = {"max_vocab_size": 16, "row_count_width": 1}
+
+
+def _case_beyond_small(tmp_path):
+    """A case of V = 20 > 16 and n = 2 rows per request (> 1 bit), sampling and greedy."""
+    rng = np.random.default_rng(13)
+    x = rng.normal(0, 2, (4, 20)).astype(F32)
+    x[1, 5] = -np.inf
+    path = tmp_path / "k5_v20.txt"
+    write_case_file(path, make_call(x, [0.6, 0.0], 2, "V = 20, n = 2"))
+    return path
+
+
+def test_case_parameters_follow_the_case(tmp_path):
+    """``case_parameters`` raises ``max_vocab_size`` and ``row_count_width`` to the case's
+    ``V`` and ``n`` (never lowers them), and the case replays bit-exact on a DUT built with
+    them (Amaranth's simulator; the Verilator replay of such a derived model is slow)."""
+    path = _case_beyond_small(tmp_path)
+    derived = TARGET.case_parameters(path, {**PARAMETERS, **SMALL})
+    assert derived == {**PARAMETERS, "max_vocab_size": 20, "row_count_width": 2}
+    assert TARGET.case_parameters(path, PARAMETERS) == PARAMETERS
+    run_on_amaranth(derived, [call_from_case(path)], idle=0.2, backpressure=0.2, seed=5)
+
+
+def test_malformed_case_is_refused_before_any_build(tmp_path, monkeypatch):
+    monkeypatch.setattr(TARGET, "model", lambda *args, **kwargs: pytest.fail("model built"))
+    broken = tmp_path / "broken.txt"
+    broken.write_text("meta 3 1 1 4\nlogits 4 0.5 1.0 2.0\ntemperatures 1 1.0\n")
+    with pytest.raises(ValueError, match=r"broken.txt:2: tensor 'logits' declares 4 values"):
+        TARGET.run(case=broken)
+    short = tmp_path / "short.txt"
+    short.write_text("meta 3 1 1 4\ntemperatures 1 1.0\nlogits 3 0.5 1.0 2.0\n")
+    with pytest.raises(ValueError, match=r"short.txt:3: tensor 'logits' has 3 values, meta "
+                                         r"B n V = 1 1 4 needs 4"):
+        TARGET.run(case=short)
+    no_meta = tmp_path / "no_meta.txt"
+    no_meta.write_text("logits 1 0.5\ntemperatures 1 1.0\n")
+    with pytest.raises(ValueError, match=r"no_meta.txt:1: meta must be `B n V`"):
+        TARGET.run(case=no_meta)
 
 
 @pytest.mark.slow
 def test_verilator_largest_vocabulary_row():
     """One row of V = max_vocab_size = 131072 (the buffer full; 3 x 131072 + 324 clocks, about
-    15 minutes under cocotb on 2 cores)."""
-    summary = run_target("logits_to_probas",
-                         overrides={"random_calls": 0, "row_vocab": PARAMETERS["max_vocab_size"]},
+    15 minutes under cocotb on 2 cores): the ``figures`` phase alone."""
+    summary = TARGET.run(overrides={"row_vocab": PARAMETERS["max_vocab_size"]},
+                         tests=("figures",),
                          log_file=BUILD_ROOT / "pytest-logits_to_probas-largest.log")
     words = PARAMETERS["max_vocab_size"] // PARAMETERS["lanes"]
     assert summary["initiation_interval"] * PARAMETERS["max_vocab_size"] < 3 * words + 400
 
 
+# The bfloat16 two-lane model of the slow tier (one Verilator build serves both tests below).
+BF16_TWO_LANES = {"lanes": 2, "input_format": "bfloat16", "max_vocab_size": 4096}
+
+
 @pytest.mark.slow
 def test_verilator_bfloat16_two_lanes():
-    summary = run_parameters({"lanes": 2, "input_format": "bfloat16", "max_vocab_size": 4096},
-                             overrides={"random_calls": 30, "row_vocab": 4096},
-                             log_file=BUILD_ROOT / "pytest-logits_to_probas-bf16.log")
+    summary = TARGET.run(BF16_TWO_LANES, overrides={"random_calls": 30, "row_vocab": 4096},
+                         log_file=BUILD_ROOT / "pytest-logits_to_probas-bf16.log")
     assert summary["vectors"] > 50
+
+
+@pytest.mark.slow
+def test_verilator_case_derives_the_build(tmp_path):
+    """A bfloat16 case of V = 4096 run with ``max_vocab_size = 64``: the replay runs on the
+    model ``case_parameters`` derives (``max_vocab_size = 4096``, the model of
+    ``test_verilator_bfloat16_two_lanes``)."""
+    rng = np.random.default_rng(17)
+    x = bf16_round(rng.normal(0, 3, (3, 4096)).astype(F32))  # exact in bfloat16
+    path = tmp_path / "k5_bf16_v4096.txt"
+    write_case_file(path, make_call(x, [1.0, 0.0, 0.3], 1, "bf16 V = 4096"))
+    small = {**BF16_TWO_LANES, "max_vocab_size": 64}
+    assert TARGET.case_parameters(path, {**PARAMETERS, **small}) == \
+        {**PARAMETERS, **BF16_TWO_LANES}
+    summary = TARGET.run(small, case=path,
+                         log_file=BUILD_ROOT / "pytest-logits_to_probas-case-derived.log")
+    assert summary["vectors"] == 3 and summary["extra"]["vocab_size"] == 4096
+    assert summary["extra"]["expected tensors"] == \
+        "expected_target_predict, expected_target_probs"
 
 
 def test_exp_pipeline_is_the_golden():

@@ -13,27 +13,21 @@ import hw.kernels.reject_sample as reject_sample_module
 from golden.reject_sample import tree_speculative_sampling_target_only
 from hw.kernels.reject_sample import (
     MIN_THRESHOLD_ACC,
-    ExactSumScanner,
     RejectSample,
-    final_row_model,
-    scan_bits,
-    scan_state,
-    synthesis_configuration,
+    RejectSampleParams,
+    synthesis_parameters,
 )
+from hw.kernels.reject_scan import ExactSumScanner
+from hw.kernels.reject_scan_model import final_row_model, scan_bits, scan_state
+from hw.lib.params import ParameterError
 from sim.amaranth_tb import simulate
 from sim.harness import BUILD_ROOT
-from sim.reject_sample import PARAMETERS, run_parameters
+from sim.reject_sample import PARAMETERS, TARGET
+from sim.reject_sample.cases import call_from_case, write_case_file
+from sim.reject_sample.generators import directed_calls, perf_call, random_call, random_probs
 from sim.reject_sample.pysim import run_on_amaranth
-from sim.reject_sample.vectors import (
-    call_from_case,
-    compare,
-    directed_calls,
-    expected,
-    random_call,
-    random_probs,
-    write_case_file,
-)
-from sim.targets import run_target
+from sim.reject_sample.results import compare, expected
+from sim.targets import NotMeasured
 
 F32 = np.float32
 SMALL = {"max_nodes": 16, "max_steps": 6, "max_vocab_size": 64, "lanes": 4, "read_slots": 8,
@@ -63,6 +57,14 @@ SMALL = {"max_nodes": 16, "max_steps": 6, "max_vocab_size": 64, "lanes": 4, "rea
 def test_invalid_parameters(arguments, message):
     with pytest.raises(ValueError, match=message):
         RejectSample(**arguments)
+    with pytest.raises(ParameterError, match=message) as error:
+        RejectSampleParams(**arguments)
+    assert error.value.parameter == next(iter(arguments))
+
+
+def test_scanner_parameters():
+    with pytest.raises(ParameterError, match="`buffer_words` must be a power of two, not 6"):
+        ExactSumScanner(buffer_words=6)
 
 
 def test_parameters_and_layouts():
@@ -74,18 +76,21 @@ def test_parameters_and_layouts():
     with pytest.raises(AttributeError):
         dut.lanes = 8
     assert dut.max_row_words == 250 and dut.max_segments == 32 and dut.node_bits == 5
-    assert dut.result_layout.size == 24 + 20 + 1 + 2
-    assert dut.draft_layout.size == 28 + 2 + 32
-    assert dut.tree_layout.size == 20 + 24 + 7 + 7 + 32 + 20 + 2
+    params = dut.params
+    assert params.result_layout.size == 24 + 20 + 1 + 2
+    assert params.draft_layout.size == 28 + 2 + 32
+    assert params.tree_layout.size == 20 + 24 + 7 + 7 + 32 + 20 + 2
+    assert params.read_data_layout.size == 4 * 32
+    assert set(params.ports) == {"cmd", "tree", "read_data", "draft_write", "result"}
     assert {name: getattr(RejectSample(), name) for name in PARAMETERS} == PARAMETERS
+    assert {name: getattr(RejectSampleParams(), name) for name in PARAMETERS} == PARAMETERS
 
 
-def test_synthesis_configuration():
-    dut, narrow = synthesis_configuration(), synthesis_configuration(lanes=8)
-    for config in (dut, narrow):
-        config._MustUse__silence = True  # built in hw/kernels, never elaborated here
-    assert (dut.max_nodes, dut.max_steps, dut.max_vocab_size, dut.lanes) == (64, 8, 131072, 16)
-    assert dut.max_vocab_size >= 128256 and narrow.lanes == 8
+def test_synthesis_parameters():
+    params, narrow = synthesis_parameters(), synthesis_parameters(lanes=8)
+    assert (params.max_nodes, params.max_steps, params.max_vocab_size, params.lanes) == \
+        (64, 8, 131072, 16)
+    assert params.max_vocab_size >= 128256 and narrow.lanes == 8
 
 
 def test_minimum_threshold_is_the_golden_clamp():
@@ -297,7 +302,7 @@ def test_strict_coin_comparison_is_caught(monkeypatch):
 
 def test_unmasked_residual_is_caught(monkeypatch):
     """A residual that ignores the rejected tokens (draft_probs) must fail."""
-    monkeypatch.setattr(reject_sample_module, "_or_tree", lambda values: 0)
+    monkeypatch.setattr(reject_sample_module, "or_tree", lambda values: 0)
     with pytest.raises(AssertionError, match="predicts differs"):
         run_on_amaranth(RejectSample(**SMALL), _directed(["masked only positive"]), seed=5)
 
@@ -332,8 +337,11 @@ FAST = {"random_calls": 24, "lfsr_trials": 2000, "perf_requests": 6, "row_vocab"
 def test_kernel_matches_golden_under_verilator(sim_report):
     """Figures, every directed case, random calls (random idle, back-pressure and memory
     latency) and 2,000 LFSR-coin trials, all bit-exact with the goldens."""
-    summary = run_target("reject_sample", overrides=FAST,
-                         log_file=BUILD_ROOT / "pytest-reject_sample.log")
+    summary = TARGET.run(overrides=FAST, log_file=BUILD_ROOT / "pytest-reject_sample.log")
+    assert summary["random_vectors"] == FAST["random_calls"]
+    assert summary["directed_vectors"] == len(directed_calls(PARAMETERS["lanes"],
+                                                             PARAMETERS["max_nodes"],
+                                                             PARAMETERS["max_steps"]))
     extra = summary["extra"]
     traversal = extra["traversal cycles/request (n=64)"]
     mean = int(traversal.split()[1].rstrip(","))
@@ -350,18 +358,59 @@ def test_case_replay_under_verilator(tmp_path):
                        batch=2)
     path = tmp_path / "k6_case.txt"
     write_case_file(path, call)
-    summary = run_target("reject_sample", case=path,
-                         log_file=BUILD_ROOT / "pytest-reject_sample-case.log")
+    summary = TARGET.run(case=path, log_file=BUILD_ROOT / "pytest-reject_sample-case.log")
     assert summary["vectors"] == 2
     assert summary["extra"]["expected tensors"] == \
         "accept_index, accept_token_num, draft_probs, predicts"
 
 
+def test_case_beyond_the_build_gets_a_model_built_for_it(tmp_path):
+    """A case whose n, S and V all exceed the build replays on a model built for it
+    (``case_parameters``), here the small unit-test build."""
+    call = perf_call(np.random.default_rng(5), requests=2, nodes=20, steps=7, vocab=80)
+    path = tmp_path / "k6_beyond.txt"
+    write_case_file(path, call)
+    assert TARGET.case_parameters(path, {**PARAMETERS, **SMALL}) == \
+        {**PARAMETERS, **SMALL, "max_nodes": 20, "max_steps": 7, "max_vocab_size": 80}
+    assert TARGET.case_parameters(path, PARAMETERS) == PARAMETERS  # never lowered
+    summary = TARGET.run(SMALL, case=path,
+                         log_file=BUILD_ROOT / "pytest-reject_sample-case-beyond.log")
+    assert summary["vectors"] == 2 and summary["extra"]["n, S, V"] == [20, 7, 80]
+    assert summary["extra"]["expected tensors"] == \
+        "accept_index, accept_token_num, draft_probs, predicts"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("meta 4 1 2 1 8\ncandidates 2 0\n", r"broken.txt:2: tensor 'candidates'"),
+     ("meta 4 1 2 1 8\ncandidates 3 0 1 2\n", r"broken.txt: tensor 'candidates' holds 3 values"),
+     ("meta 4 1 2 1 8\ncandidates 2 0 1\n", r"tensor 'retrive_index' not found in case file "
+                                             r".*broken.txt"),
+     ("meta 2 1 2\n", r"broken.txt: `meta` must be `B n S \[V\]`")],
+)
+def test_malformed_case_is_refused_before_any_build(tmp_path, monkeypatch, text, message):
+    path = tmp_path / "broken.txt"
+    path.write_text(text)
+    monkeypatch.setattr(TARGET, "model", lambda *args, **kwargs: pytest.fail("model built"))
+    with pytest.raises(ValueError, match=message):
+        TARGET.run(SMALL, case=path)
+
+
+def test_measure_parameters():
+    point = {"batch": 8, "node_top_k": 8, "tree_width": 8, "depth": 5, "verify_num": 64,
+             "vocab": 128256}
+    parameters, spec = TARGET.measure_parameters(point)
+    assert parameters == PARAMETERS and spec == point
+    with pytest.raises(NotMeasured, match="V = 262144 exceeds `max_vocab_size` 131072"):
+        TARGET.measure_parameters({**point, "vocab": 262144})
+    with pytest.raises(NotMeasured, match="S = 9 exceeds `max_steps` 8"):
+        TARGET.measure_parameters({**point, "depth": 8})
+
+
 @pytest.mark.slow
 def test_kernel_sweep_under_verilator(sim_report):
     """A longer random sweep on the default model (different seed, more calls)."""
-    summary = run_target("reject_sample", seed=7, overrides={"random_calls": 600,
-                                                             "lfsr_trials": 5000},
+    summary = TARGET.run(seed=7, overrides={"random_calls": 600, "lfsr_trials": 5000},
                          log_file=BUILD_ROOT / "pytest-reject_sample-sweep.log")
     sim_report(f"reject_sample sweep: {summary['vectors']:,} requests bit-exact")
 
@@ -369,9 +418,9 @@ def test_kernel_sweep_under_verilator(sim_report):
 @pytest.mark.slow
 def test_sixteen_lanes_under_verilator(sim_report):
     """The synthesis configuration's 16 lanes, with short segments and a small read window."""
-    summary = run_parameters({"lanes": 16, "read_slots": 8, "segment_words": 4,
-                              "max_vocab_size": 4096},
-                             overrides={**FAST, "random_calls": 60, "row_vocab": 4096},
-                             log_file=BUILD_ROOT / "pytest-reject_sample-16.log")
+    summary = TARGET.run({"lanes": 16, "read_slots": 8, "segment_words": 4,
+                          "max_vocab_size": 4096},
+                         overrides={**FAST, "random_calls": 60, "row_vocab": 4096},
+                         log_file=BUILD_ROOT / "pytest-reject_sample-16.log")
     sim_report(f"reject_sample lanes=16: {summary['vectors']:,} requests bit-exact; "
                f"final row {summary['extra']['final-row elements/clock']}")

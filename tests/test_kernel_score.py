@@ -1,9 +1,11 @@
 # amaranth: UnusedElaboratable=no
-"""K1 score + top-k kernel: parameter checks, Amaranth-simulator unit tests of every part, and
-the Verilator regression of ``make sim KERNEL=score`` (and its variants) against the golden op.
-"""
+"""K1 score + top-k kernel: parameter records and checks, Amaranth-simulator unit tests of every
+part, and the Verilator regressions of ``make sim KERNEL=score`` / ``score_k1`` and of case
+replays against the golden op.
 
-import random
+(The header above: the sorter checks build ``BitonicSorter`` instances without elaborating
+them.)
+"""
 
 import numpy as np
 import pytest
@@ -11,33 +13,32 @@ from amaranth.back import verilog
 
 from golden.cases import CAPTURES_DIR
 from golden.sort import SORT_PAD, bitonic_sort_desc, sort_network_stages
-from hw.kernels.gather import HiddenStateGather
+from hw.kernels.gather import GatherParams, HiddenStateGather
 from hw.kernels.score import (
-    HotTokenRemap,
     ScoreKernel,
-    ScoreSortPipeline,
+    ScoreParams,
     synthesis_configuration,
+    synthesis_parameters,
 )
+from hw.kernels.score_sort import ScoreSortParams, ScoreSortPipeline
+from hw.kernels.token_remap import HotTokenRemap, TokenRemapParams
 from hw.lib.bitonic import BitonicSorter, bitonic_stages
-from sim.amaranth_tb import collect, feed, simulate
+from hw.lib.params import ParameterError
+from sim.amaranth_tb import simulate
 from sim.harness import BUILD_ROOT
-from sim.payload import pack
+from sim.score import K1_PARAMETERS, PARAMETERS, TARGET, TARGET_K1
+from sim.score.pysim import run_case, run_gather, run_kernel, run_pipeline, run_remap
 from sim.score.vectors import (
     SPEC_TIE_EXAMPLES,
-    case_batch,
     compare,
     decode_hidden,
-    decode_results,
-    decode_tokens,
     directed_batches,
     golden_outputs,
     hidden_words,
     hot_table,
     random_batch,
-    request_words,
-    token_words,
+    write_case_file,
 )
-from sim.targets import run_target
 
 TRAFFIC = [(0.0, 0.0), (0.3, 0.3)]
 
@@ -45,58 +46,75 @@ TRAFFIC = [(0.0, 0.0), (0.3, 0.3)]
 # --------------------------------------------------------------------------------------------
 # Parameters.
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"node_top_k": 0, "max_tree_width": 1}, "`node_top_k` must be between 1 and 16, not 0"),
-    ({"node_top_k": 17, "max_tree_width": 1}, "`node_top_k` must be between 1 and 16, not 17"),
+@pytest.mark.parametrize(("kwargs", "message", "parameter"), [
+    ({"node_top_k": 0, "max_tree_width": 1}, "`node_top_k` must be between 1 and 16, not 0",
+     "node_top_k"),
+    ({"node_top_k": 17, "max_tree_width": 1}, "`node_top_k` must be between 1 and 16, not 17",
+     "node_top_k"),
     ({"node_top_k": 8, "max_tree_width": 12},
-     "`max_tree_width` must be between 1 and `node_top_k`, not 12"),
-    ({"node_top_k": 8, "max_tree_width": 0}, "`max_tree_width` must be at least 1, not 0"),
+     "`max_tree_width` must be between 1 and `node_top_k`, not 12", "max_tree_width"),
+    ({"node_top_k": 8, "max_tree_width": 0}, "`max_tree_width` must be at least 1, not 0",
+     "max_tree_width"),
     ({"node_top_k": 10, "max_tree_width": 7},
-     r"`max_tree_width \* node_top_k` must be at most `sort_width` \(64\), not 70"),
+     r"`max_tree_width \* node_top_k` must be at most `sort_width` \(64\), not 70",
+     "max_tree_width"),
     ({"node_top_k": 8, "max_tree_width": 8, "sort_width": 32},
-     "`sort_width` must be 64 or 128, not 32"),
+     "`sort_width` must be 64 or 128, not 32", "sort_width"),
     ({"node_top_k": 8, "max_tree_width": 8, "count_width": 64},
-     "`count_width` must be between 8 and 63, not 64"),
+     "`count_width` must be between 8 and 63, not 64", "count_width"),
     ({"node_top_k": 8, "max_tree_width": 8, "stages_per_register": 22},
-     "`stages_per_register` must be between 1 and 21, not 22"),
+     "`stages_per_register` must be between 1 and 21, not 22", "stages_per_register"),
+    ({"node_top_k": 2.0, "max_tree_width": 1}, "`node_top_k` must be an integer, not 2.0",
+     "node_top_k"),
 ])
-def test_score_pipeline_parameter_validation(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        ScoreSortPipeline(**kwargs)
+def test_score_pipeline_parameter_validation(kwargs, message, parameter):
+    for record in (ScoreSortParams, ScoreParams):  # the kernel's record checks the same
+        with pytest.raises(ParameterError, match=message) as error:
+            record(**kwargs)
+        assert error.value.parameter == parameter
 
 
 def test_parts_parameter_validation():
     with pytest.raises(ValueError, match="`hot_vocab_size` must be at least 1, not 0"):
-        HotTokenRemap(hot_vocab_size=0)
+        TokenRemapParams(hot_vocab_size=0)
     with pytest.raises(ValueError, match="`token_width` must be between 2 and 64, not 65"):
-        HotTokenRemap(token_width=65)
+        TokenRemapParams(token_width=65)
     with pytest.raises(ValueError, match="`lanes` must be a power of two, not 6"):
-        HiddenStateGather(lanes=6)
-    with pytest.raises(ValueError, match="`element_width` must be a positive integer"):
-        HiddenStateGather(element_width=0)
+        GatherParams(lanes=6)
+    with pytest.raises(ValueError, match="`element_width` must be at least 1, not 0"):
+        GatherParams(element_width=0)
+    with pytest.raises(ParameterError, match="`hidden_lanes` must be a power of two, not 12"):
+        ScoreParams(hidden_lanes=12)
     with pytest.raises(ValueError, match="`width` must be a power of two >= 2, not 48"):
         BitonicSorter(width=48)
     with pytest.raises(ValueError, match="`stages_per_register` must be between 1 and 28"):
         BitonicSorter(width=128, stages_per_register=0)
 
 
-def test_parameters_are_read_only_properties():
-    kernel = ScoreKernel(node_top_k=10, max_tree_width=6, hot_vocab_size=100, remap_lanes=3,
+def test_parameter_records_and_layouts():
+    params = ScoreParams(node_top_k=10, max_tree_width=6, hot_vocab_size=100, remap_lanes=3,
                          element_width=16, hidden_lanes=4)
-    assert (kernel.node_top_k, kernel.max_tree_width, kernel.sort_width, kernel.count_width,
-            kernel.hot_vocab_size, kernel.remap_lanes, kernel.element_width,
-            kernel.hidden_lanes, kernel.max_candidates) == (10, 6, 64, 32, 100, 3, 16, 4, 60)
-    assert kernel.score_latency == 4 + 21 + 1 + 1
+    assert (params.node_top_k, params.max_tree_width, params.sort_width, params.count_width,
+            params.hot_vocab_size, params.remap_lanes, params.element_width,
+            params.hidden_lanes, params.max_candidates) == (10, 6, 64, 32, 100, 3, 16, 4, 60)
+    assert params.score_latency == 4 + 21 + 1 + 1
     with pytest.raises(AttributeError):
-        kernel.node_top_k = 4
-    assert ScoreSortPipeline(node_top_k=10, max_tree_width=10, sort_width=128).latency == 33
+        params.node_top_k = 4
+    assert ScoreSortParams(node_top_k=10, max_tree_width=10, sort_width=128).latency == 33
+    assert params.request_layout.size == 60 * 32 + 6 * 32 + 3 + 32 + 2
+    assert params.table_layout.size == 7 + 32 and params.hidden_word_layout.size == 64
+    assert set(params.ports) == {"requests", "results", "tokens", "remapped_tokens",
+                                 "hot_table", "hidden_read_address", "hidden_read_data",
+                                 "hidden"}
+    assert params.ports["hidden_read_address"].size == 32
+    assert params.words_per_row(9) == 3
 
 
 def test_check_call_refuses_what_the_hardware_cannot_represent():
-    kernel = ScoreKernel(node_top_k=8, max_tree_width=4, hot_vocab_size=100, hidden_lanes=8,
+    params = ScoreParams(node_top_k=8, max_tree_width=4, hot_vocab_size=100, hidden_lanes=8,
                          max_hidden_size=64)
     ok = {"batch_size": 2, "node_top_k": 8, "tree_width": 4, "cumu_count": 2 ** 32 - 32}
-    kernel.check_call(**ok)
+    params.check_call(**ok)
     for change, message in [
         ({"node_top_k": 4}, r"`node_top_k` must be 8 \(this kernel's K\), not 4"),
         ({"tree_width": 5}, "`tree_width` must be between 1 and 4, not 5"),
@@ -108,14 +126,17 @@ def test_check_call_refuses_what_the_hardware_cannot_represent():
         ({"use_hot_token_id": True, "topk_tokens_sampling": np.array([0]),
           "hot_token_id": np.zeros(101, np.int64)}, "at most 100 entries, not 101"),
     ]:
-        with pytest.raises(ValueError, match=message):
-            kernel.check_call(**{**ok, **change})
+        with pytest.raises(ValueError, match=message) as error:
+            params.check_call(**{**ok, **change})
+        assert error.value.parameter in change
 
 
-def test_synthesis_configuration_is_the_capture_configuration():
-    kernel = synthesis_configuration()
-    assert (kernel.node_top_k, kernel.max_tree_width, kernel.sort_width) == (8, 8, 64)
-    assert kernel.score_latency <= 30
+def test_synthesis_parameters_are_the_capture_configuration():
+    params = synthesis_parameters()
+    assert (params.node_top_k, params.max_tree_width, params.sort_width) == (8, 8, 64)
+    assert (params.hot_vocab_size, params.element_width, params.hidden_lanes) == (32000, 16, 16)
+    assert params.score_latency <= 30
+    assert synthesis_parameters(node_top_k=4, max_tree_width=2).max_candidates == 8
 
 
 @pytest.mark.slow
@@ -174,36 +195,14 @@ def test_sorter_matches_golden_network_ties_zeros_nan(stages_per_register):
 # --------------------------------------------------------------------------------------------
 # Score + sort pipeline on Amaranth's simulator (the K = 1 and K = 4 models of the contract).
 
-def _run_pipeline(pipeline, batches, *, idle=0.0, backpressure=0.0, seed=0):
-    words = [w for batch in batches for w in request_words(pipeline, batch)]
-    layout = pipeline.request_layout
-    received, accepted = [], []
-
-    async def producer(ctx):
-        await feed(ctx, pipeline.i, [layout.from_bits(w) for w in words], idle=idle,
-                   rng=random.Random(seed))
-
-    async def consumer(ctx):
-        received.extend(await collect(ctx, pipeline.o, len(words), backpressure=backpressure,
-                                      rng=random.Random(seed + 1)))
-
-    async def timer(ctx):
-        cycle = 0
-        while len(received) < len(words):
-            if ctx.get(pipeline.o.valid) and ctx.get(pipeline.o.ready):
-                accepted.append(cycle)
-            await ctx.tick()
-            cycle += 1
-
-    simulate(pipeline, producer, consumer, timer)
-    results = decode_results(pipeline, [r.as_bits() for r in received])
+def _check_batches(batches, results):
+    """Compare the decoded results of ``batches`` (back to back) with their golden outputs."""
     at, problems = 0, []
     for batch in batches:
-        mine = {name: value[at:at + batch.b] for name, value in results.items()}
-        problems += compare(batch, mine)
+        problems += compare(batch, {name: value[at:at + batch.b]
+                                    for name, value in results.items()})
         at += batch.b
     assert not problems, "\n".join(problems)
-    return accepted
 
 
 @pytest.mark.parametrize(("k", "w_max", "sort_width"), [
@@ -223,7 +222,8 @@ def test_score_pipeline_matches_golden(k, w_max, sort_width):
         golden_outputs(batch, np.zeros(1, np.int64), sort_width=sort_width)
     if k == 4:
         assert any(b.spec_indices == SPEC_TIE_EXAMPLES[0][1] for b in batches)
-    _run_pipeline(pipeline, batches, idle=0.3, backpressure=0.3)
+    results, _ = run_pipeline(pipeline, batches, idle=0.3, backpressure=0.3)
+    _check_batches(batches, results)
 
 
 @pytest.mark.slow
@@ -231,7 +231,8 @@ def test_score_pipeline_initiation_interval_and_latency():
     pipeline = ScoreSortPipeline(node_top_k=2, max_tree_width=2)
     batch = random_batch(np.random.default_rng(5), k=2, w=2, b=12, style="ties")
     golden_outputs(batch, np.zeros(1, np.int64))
-    accepted = _run_pipeline(pipeline, [batch])
+    results, accepted = run_pipeline(pipeline, [batch])
+    _check_batches([batch], results)
     assert accepted[-1] - accepted[0] == len(accepted) - 1  # one result per clock
     assert accepted[0] == pipeline.latency  # the first request is offered at clock 0
 
@@ -250,20 +251,7 @@ def test_hot_token_remap_edges(idle, backpressure):
                for hot in (True, False, True)]
     for batch in batches:
         golden_outputs(batch, table)
-    words = [w for batch in batches for w in token_words(remap, batch)]
-    received = []
-
-    async def producer(ctx):
-        ctx.set(remap.table_size, 13)
-        writes = pack(remap.table_layout, len(table), address=np.arange(13), value=table)
-        await feed(ctx, remap.table, [remap.table_layout.from_bits(w) for w in writes])
-        await feed(ctx, remap.i, [remap.token_layout.from_bits(w) for w in words], idle=idle)
-
-    async def consumer(ctx):
-        received.extend(await collect(ctx, remap.o, len(words), backpressure=backpressure))
-
-    simulate(remap, producer, consumer)
-    ids = decode_tokens(remap, [r.as_bits() for r in received], 3 * len(words))
+    ids = run_remap(remap, batches, table, idle=idle, backpressure=backpressure)
     at = 0
     for batch in batches:
         count = batch.b * batch.n
@@ -271,53 +259,18 @@ def test_hot_token_remap_edges(idle, backpressure):
         at += -(-count // 3) * 3
 
 
-def _simulate_gather(gather, h, rows, memory, *, idle, backpressure, latency, seed=0):
-    """Rows into ``gather`` with a memory model (random latency, in order); returns beats."""
-    rng = random.Random(seed)
-    expected_beats = len(rows) * gather.words_per_row(h)
-    beats = []
-
-    async def producer(ctx):
-        ctx.set(gather.hidden_size, h)
-        await feed(ctx, gather.rows, [int(r) for r in rows], idle=idle, rng=rng)
-
-    async def memory_model(ctx):
-        clock, offered, pending = 0, None, []
-        while len(beats) < expected_beats:
-            if offered is None and pending and pending[0][0] <= clock:
-                offered = pending.pop(0)[1]
-            address_ready = int(rng.random() >= backpressure)
-            ctx.set(gather.read_address.ready, address_ready)
-            ctx.set(gather.read_data.valid, int(offered is not None))
-            if offered is not None:
-                ctx.set(gather.read_data.payload, gather.word_layout.from_bits(offered))
-            if address_ready and ctx.get(gather.read_address.valid):
-                address = ctx.get(gather.read_address.payload)
-                due = max([clock + rng.randint(*latency)] + [d for d, _ in pending[-1:]])
-                pending.append((due, memory[address]))
-            if offered is not None and ctx.get(gather.read_data.ready):
-                offered = None
-            await ctx.tick()
-            clock += 1
-
-    async def consumer(ctx):
-        beats.extend(await collect(ctx, gather.o, expected_beats, backpressure=backpressure,
-                                   rng=random.Random(seed + 1)))
-
-    simulate(gather, producer, memory_model, consumer)
-    return [beat.as_bits() for beat in beats]
-
-
 @pytest.mark.parametrize(("idle", "backpressure", "h"), [(0.0, 0.0, 13), (0.3, 0.3, 16),
                                                          (0.3, 0.3, 1)])
 def test_gather_copies_rows_bit_for_bit(idle, backpressure, h):
+    """Rows of float16 bits through the gather; the memory stalls (random latency) and the
+    output is back-pressured with probability ``backpressure``."""
     gather = HiddenStateGather(element_width=16, lanes=4, max_hidden_size=64)
     rng = np.random.default_rng(h)
     batch = random_batch(rng, k=4, w=3, b=3, h=h, hidden_dtype=np.uint16)
     expected = golden_outputs(batch, np.zeros(1, np.int64))
     rows = (np.arange(3)[:, None] * 3 + expected["parent_indices_in_layer"]).reshape(-1)
-    beats = _simulate_gather(gather, h, rows, hidden_words(batch.hidden, 4, 16), idle=idle,
-                             backpressure=backpressure, latency=(1, 6))
+    beats = run_gather(gather, h, rows, hidden_words(batch.hidden, 4, 16), idle=idle,
+                       backpressure=backpressure)
     hidden = decode_hidden([beat & ((1 << 64) - 1) for beat in beats], lanes=4,
                            element_width=16, b=3, k=4, h=h)
     assert not compare(batch, hidden=hidden)
@@ -329,107 +282,98 @@ def test_gather_copies_rows_bit_for_bit(idle, backpressure, h):
 # --------------------------------------------------------------------------------------------
 # The whole K1 kernel on Amaranth's simulator.
 
-def _run_kernel(kernel, batch, table, *, idle=0.0, backpressure=0.0, latency=(1, 1), seed=0):
-    """One batch through ``ScoreKernel`` (results, remapped tokens and, when ``batch.h``, the
-    gathered rows); returns the RTL outputs decoded, and the clocks of result handshakes."""
-    rng = random.Random(seed)
-    requests = request_words(kernel, batch)
-    tokens = token_words(kernel, batch)
-    memory = hidden_words(batch.hidden, kernel.hidden_lanes, kernel.element_width)
-    beats = batch.b * batch.k * -(-batch.h // kernel.hidden_lanes) if batch.h else 0
-    got = {"results": [], "tokens": [], "hidden": []}
-    result_clocks = []
-
-    async def loader(ctx):
-        ctx.set(kernel.hidden_size, batch.h)
-        ctx.set(kernel.hot_table_size, len(table))
-        writes = pack(kernel.table_layout, len(table), address=np.arange(len(table)),
-                      value=table)
-        await feed(ctx, kernel.hot_table, [kernel.table_layout.from_bits(w) for w in writes])
-        await feed(ctx, kernel.tokens, [kernel.token_layout.from_bits(w) for w in tokens],
-                   idle=idle, rng=random.Random(seed + 2))
-
-    async def producer(ctx):
-        await feed(ctx, kernel.requests, [kernel.request_layout.from_bits(w) for w in requests],
-                   idle=idle, rng=random.Random(seed + 3))
-
-    async def result_consumer(ctx):
-        got["results"] = await collect(ctx, kernel.results, len(requests),
-                                       backpressure=backpressure, rng=random.Random(seed + 4))
-
-    async def token_consumer(ctx):
-        got["tokens"] = await collect(ctx, kernel.remapped_tokens, len(tokens),
-                                      backpressure=backpressure, rng=random.Random(seed + 5))
-
-    async def hidden_consumer(ctx):
-        got["hidden"] = await collect(ctx, kernel.hidden, beats, backpressure=backpressure,
-                                      rng=random.Random(seed + 6))
-
-    async def memory_model(ctx):
-        clock, offered, pending = 0, None, []
-        while len(got["hidden"]) < beats:
-            if offered is None and pending and pending[0][0] <= clock:
-                offered = pending.pop(0)[1]
-            address_ready = int(rng.random() >= backpressure)
-            ctx.set(kernel.hidden_read_address.ready, address_ready)
-            ctx.set(kernel.hidden_read_data.valid, int(offered is not None))
-            if offered is not None:
-                ctx.set(kernel.hidden_read_data.payload,
-                        kernel.hidden_word_layout.from_bits(offered))
-            if address_ready and ctx.get(kernel.hidden_read_address.valid):
-                due = max([clock + rng.randint(*latency)] + [d for d, _ in pending[-1:]])
-                pending.append((due, memory[ctx.get(kernel.hidden_read_address.payload)]))
-            if offered is not None and ctx.get(kernel.hidden_read_data.ready):
-                offered = None
-            if ctx.get(kernel.results.valid) and ctx.get(kernel.results.ready):
-                result_clocks.append(clock)
-            await ctx.tick()
-            clock += 1
-
-    simulate(kernel, loader, producer, result_consumer, token_consumer, hidden_consumer,
-             memory_model)
-    results = decode_results(kernel, [r.as_bits() for r in got["results"]])
-    ids = decode_tokens(kernel, [t.as_bits() for t in got["tokens"]], batch.b * batch.n)
-    mask = (1 << (kernel.hidden_lanes * kernel.element_width)) - 1
-    hidden = (decode_hidden([h.as_bits() & mask for h in got["hidden"]],
-                            lanes=kernel.hidden_lanes, element_width=kernel.element_width,
-                            b=batch.b, k=batch.k, h=batch.h) if batch.h else None)
-    return results, ids, hidden, result_clocks
-
-
-@pytest.mark.parametrize(("idle", "backpressure", "latency"), [
-    pytest.param(0.0, 0.0, (1, 1), marks=pytest.mark.slow), (0.3, 0.3, (1, 7))])
-def test_kernel_forks_results_to_the_gather(idle, backpressure, latency):
+@pytest.mark.parametrize(("idle", "backpressure"), [
+    pytest.param(0.0, 0.0, marks=pytest.mark.slow), (0.3, 0.3)])
+def test_kernel_forks_results_to_the_gather(idle, backpressure):
     """K = 2 kernel: results, remapped tokens and gathered rows of a batch, W = 1 and 2."""
-    kernel = ScoreKernel(node_top_k=2, max_tree_width=2, hot_vocab_size=8, remap_lanes=3,
-                         element_width=32, hidden_lanes=4, max_hidden_size=64)
+    parameters = {"node_top_k": 2, "max_tree_width": 2, "hot_vocab_size": 8,
+                  "remap_lanes": 3, "element_width": 32, "hidden_lanes": 4,
+                  "max_hidden_size": 64}
     rng = np.random.default_rng(7)
     table = hot_table(rng, 7)
     for w, h in ((2, 9), (1, 4)):
+        kernel = ScoreKernel(**parameters)
+        assert kernel.params == ScoreParams(**parameters) and kernel.max_candidates == 4
+        with pytest.raises(AttributeError):
+            kernel.node_top_k = 4
         batch = random_batch(rng, k=2, w=w, b=5, h=h, style="ties", use_hot=True, hot_size=7,
                              edges=True, cumu=2 ** 32 - 2 * w)
         golden_outputs(batch, table)
-        results, ids, hidden, _ = _run_kernel(kernel, batch, table, idle=idle,
-                                              backpressure=backpressure, latency=latency)
+        results, ids, hidden = run_kernel(kernel, batch, table, idle=idle,
+                                          backpressure=backpressure)
         assert not compare(batch, results, ids, hidden)
 
 
 def test_cuda_capture_through_the_kernel_on_amaranth_simulator():
     """The shared CUDA capture (B=2, K=8, W=8, N=64, H=64): golden equals the capture, RTL
     (the full 64-multiplier, 64-lane K1 kernel, gather included) equals golden."""
-    batch, expected, _ = case_batch("cost_draft_tree_score_case")
-    golden = golden_outputs(batch, np.zeros(1, np.int64))
-    for name, values in expected.items():
-        got = golden[name].reshape(-1)
-        assert np.array_equal(got.view(np.uint32) if got.dtype == np.float32 else got,
-                              values.view(np.uint32) if values.dtype == np.float32 else values)
-    kernel = ScoreKernel(node_top_k=8, max_tree_width=8, hot_vocab_size=4)
-    results, ids, hidden, clocks = _run_kernel(kernel, batch, np.zeros(4, np.int64))
-    assert not compare(batch, results, ids, hidden)
+    assert run_case(CAPTURES_DIR / "cost_draft_tree_score_case.txt",
+                    {"node_top_k": 8, "max_tree_width": 8, "hot_vocab_size": 4}) == 6
 
 
 # --------------------------------------------------------------------------------------------
-# Verilator regressions (``make sim KERNEL=<target>``).
+# Case files: the build parameters a case needs, malformed files.
+
+def _case(tmp_path, name, *, k, w, b=3, h=0, table_size=4096, use_hot=True, cumu=100, seed=3):
+    """A case file written by the golden: a random batch and a ``table_size`` table."""
+    rng = np.random.default_rng(seed)
+    table = hot_table(rng, table_size) if table_size else None
+    batch = random_batch(rng, k=k, w=w, b=b, h=h, style="ties", use_hot=use_hot,
+                         hot_size=table_size or 1, edges=True, cumu=cumu, name=name)
+    path = tmp_path / f"{name}.txt"
+    write_case_file(batch, table, path, sort_width=64 if k * w <= 64 else 128)
+    return path
+
+
+def test_case_parameters_follow_the_case(tmp_path):
+    """The issue's report: a capture with a 4,096-entry hot-token table (and an EAGLE-3 draft
+    vocabulary of 32,000) replays on a model whose table holds it; K, W and the network come
+    from the case; H, cumu_count and the table only ever raise the run's parameters."""
+    k8 = _case(tmp_path, "k8_w4", k=8, w=4, h=16)
+    assert TARGET.case_parameters(k8, PARAMETERS) == {**PARAMETERS, "hot_vocab_size": 4096}
+    eagle = _case(tmp_path, "eagle3", k=8, w=8, table_size=32000)
+    assert TARGET.case_parameters(eagle, PARAMETERS)["hot_vocab_size"] == 32000
+    k3 = _case(tmp_path, "k3_w2", k=3, w=2, h=5000, cumu=2 ** 33)
+    derived = TARGET.case_parameters(k3, PARAMETERS)
+    assert {key: derived[key] for key in ("node_top_k", "max_tree_width", "sort_width",
+                                          "max_hidden_size", "count_width")} == \
+        {"node_top_k": 3, "max_tree_width": 3, "sort_width": 64, "max_hidden_size": 5000,
+         "count_width": 34}
+    assert TARGET_K1.case_parameters(k3, K1_PARAMETERS)["max_tree_width"] == 2
+    wide = _case(tmp_path, "k10_w6", k=10, w=6, table_size=0, use_hot=False)
+    assert {key: TARGET.case_parameters(wide, PARAMETERS)[key]
+            for key in ("node_top_k", "max_tree_width", "sort_width")} == \
+        {"node_top_k": 10, "max_tree_width": 6, "sort_width": 64}  # N_max 60: 64 lanes
+    wider = _case(tmp_path, "k16_w5", k=16, w=5, table_size=0, use_hot=False)
+    assert {key: TARGET.case_parameters(wider, PARAMETERS)[key]
+            for key in ("node_top_k", "max_tree_width", "sort_width")} == \
+        {"node_top_k": 16, "max_tree_width": 8, "sort_width": 128}
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("batch_size 1 1\nnode_top_k 1 2\ntopk_probas_sampling 3 0.5 0.25\n",
+     r"broken.txt:3: tensor 'topk_probas_sampling' declares 3 values but has 2"),
+    ("batch_size 1 1\nnode_top_k 1 2\ntree_width 1 1\ncumu_count 1 0\n"
+     "topk_probas_sampling 3 0.5 0.25 0.125\nlast_layer_scores 1 1.0\n",
+     r"broken.txt:5: tensor 'topk_probas_sampling' has 3 values, which is not of shape "
+     r"\(1, 2\)"),
+    ("batch_size 1 1\nnode_top_k 1 2\ntree_width 1 1\ncumu_count 1 0\n",
+     r"tensor 'topk_probas_sampling' not found in case file .*broken.txt"),
+    ("batch_size 1 1\nnode_top_k 1 2\ntree_width 1 3\ncumu_count 1 0\n"
+     "topk_probas_sampling 6 1 1 1 1 1 1\nlast_layer_scores 3 1 1 1\n",
+     r"broken.txt: no K1 model replays this case \(K = 2, W = 3\): `max_tree_width` must be "
+     "between 1 and `node_top_k`, not 3"),
+])
+def test_malformed_case_is_refused_before_any_build(tmp_path, monkeypatch, text, message):
+    path = tmp_path / "broken.txt"
+    path.write_text(text)
+    monkeypatch.setattr(TARGET_K1, "model", lambda *args, **kwargs: pytest.fail("built"))
+    with pytest.raises(ValueError, match=message):
+        TARGET_K1.run(case=path)
+
+
+# --------------------------------------------------------------------------------------------
+# Verilator regressions (``make sim KERNEL=<target>``, ``CASE=``).
 
 def _report(sim_report, name, summary):
     extra = summary.get("extra", {})
@@ -440,13 +384,37 @@ def _report(sim_report, name, summary):
 
 
 def test_k1_kernel_under_verilator(sim_report):
-    """K = 1 (N = 1, the full 64-lane network): the whole testbench, random idle and
-    back-pressure, memory latency, B = 0 and a large B, II = 1."""
-    summary = run_target("score_k1", log_file=BUILD_ROOT / "pytest-score_k1.log")
+    """K = 1 (N = 1, the full 64-lane network): every phase, random idle and back-pressure,
+    memory latency, B = 0 and a large B, II = 1."""
+    summary = TARGET_K1.run(log_file=BUILD_ROOT / "pytest-score_k1.log")
     assert summary["initiation_interval"] == 1.0
-    assert summary["latency_cycles"] == ScoreSortPipeline(
-        node_top_k=1, max_tree_width=1).latency + 1
+    assert summary["latency_cycles"] == ScoreSortParams(node_top_k=1, max_tree_width=1).latency + 1
+    assert summary["random_vectors"] == 24 and summary["extra"]["hidden rows"] > 0
     _report(sim_report, "score_k1", summary)
+
+
+def test_case_with_a_larger_table_and_other_k_replays_on_amaranth_simulator(tmp_path):
+    """A golden case with a 4,096-entry table (the targets' builds hold 1,024), K = 3,
+    W = 2, H = 5 (gathered): the parameters ``case_parameters`` derives for ``score_k1``
+    replay it (RTL == golden == the file) on Amaranth's simulator, stressed."""
+    path = _case(tmp_path, "k3_table4096", k=3, w=2, b=4, h=5)
+    parameters = TARGET_K1.case_parameters(path, K1_PARAMETERS)
+    assert (parameters["node_top_k"], parameters["max_tree_width"],
+            parameters["hot_vocab_size"]) == (3, 2, 4096)
+    assert run_case(path, parameters, idle=0.3, backpressure=0.3) == 7
+
+
+@pytest.mark.slow
+def test_case_with_a_larger_table_and_other_k_builds_its_model(tmp_path, sim_report):
+    """The same case through ``make sim KERNEL=score_k1 CASE=``: the model is built for the
+    case (``case_parameters``; one more model of the 64-lane network, 7 to 10 minutes here)
+    and RTL == golden == the file."""
+    path = _case(tmp_path, "k3_table4096", k=3, w=2, b=4, h=5)
+    summary = TARGET_K1.run(case=path, log_file=BUILD_ROOT / "pytest-score_k1-case.log")
+    assert summary["vectors"] == 4 and summary["extra"]["case tensors matched"] == 7
+    assert summary["extra"]["hidden rows"] == 4 * 3
+    sim_report("score_k1 CASE=k3_table4096 (K=3, W=2, 4,096-entry table): RTL == golden "
+               "== file")
 
 
 @pytest.mark.slow
@@ -454,16 +422,17 @@ def test_k8_kernel_under_verilator(sim_report):
     """``make sim KERNEL=score``: the K = 8, W <= 8 model (the capture, every W, the gather
     table with its probes). It has 64 float32 multipliers: the first build of the model takes
     about 7 minutes on two cores (docs/decisions.md, K1 hardware)."""
-    summary = run_target("score", log_file=BUILD_ROOT / "pytest-score.log")
+    summary = TARGET.run(log_file=BUILD_ROOT / "pytest-score.log")
     assert summary["initiation_interval"] == 1.0
     assert summary["latency_cycles"] <= 30
     assert summary["extra"]["gather cycles/request (K=8, H=64, lanes=8)"] == 64
+    assert summary["extra"]["capture tensors matched"] == 6
     _report(sim_report, "score", summary)
 
 
 @pytest.mark.slow
 def test_case_replay_of_the_shared_capture_under_verilator(sim_report):
-    summary = run_target("score", case=CAPTURES_DIR / "cost_draft_tree_score_case.txt",
+    summary = TARGET.run(case=CAPTURES_DIR / "cost_draft_tree_score_case.txt",
                          log_file=BUILD_ROOT / "pytest-score-case.log")
     assert summary["vectors"] == 2 and summary["extra"]["case tensors matched"] == 6
     sim_report("score CASE=cost_draft_tree_score_case.txt: golden == capture, RTL == golden")

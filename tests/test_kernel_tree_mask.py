@@ -1,26 +1,33 @@
-# amaranth: UnusedElaboratable=no
 """K4 ``TreeMask``: parameter validation, Amaranth-simulator unit tests and the Verilator
 regression against ``golden.fused_tree_mask_operator`` on trees grown by the golden draft
 round and on directed trees."""
 
 import numpy as np
 import pytest
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Fragment, Module, Signal
 
 import hw.kernels.tree_mask as tree_mask_module
-from hw.kernels.tree_mask import TreeMask, lowest_set_bit, synthesis_configuration
+from hw.kernels.tree_mask import (
+    TreeMask,
+    TreeMaskParams,
+    lowest_set_bit,
+    synthesis_parameters,
+)
+from hw.lib.params import ParameterError
 from sim.amaranth_tb import simulate
 from sim.harness import BUILD_ROOT
-from sim.targets import run_target
-from sim.tree_mask import PARAMETERS, run_parameters
+from sim.targets import NotMeasured, contract_spec
+from sim.tree_mask import PARAMETERS, TARGET
 from sim.tree_mask.pysim import run_on_amaranth
 from sim.tree_mask.vectors import (
     EXAMPLE_CASE,
     call_from_case,
     directed_calls,
     expected,
+    grown_call,
     manual_call,
     random_call,
+    write_case_file,
     write_example_case,
 )
 
@@ -54,8 +61,11 @@ SMALL_PERF = {"batch_size": 6, "verify_num": 8, "node_top_k": 3, "tree_width": 3
     ],
 )
 def test_invalid_parameters(arguments, message):
-    with pytest.raises(ValueError, match=message):
-        TreeMask(**arguments)
+    """``TreeMask(**arguments)`` validates through ``TreeMaskParams`` (tested here, so that no
+    component is left unelaborated)."""
+    with pytest.raises(ParameterError, match=message) as error:
+        TreeMaskParams(**arguments)
+    assert error.value.parameter == list(arguments)[-1]
 
 
 def test_parameters_and_layouts():
@@ -65,18 +75,19 @@ def test_parameters_and_layouts():
             dut.seq_len_width, dut.max_batch_size) == (200, 100, 128, 20, 24, 1000)
     with pytest.raises(AttributeError):
         dut.max_verify_num = 3
-    assert (dut.node_bits, dut.position_bits) == (8, 7)
-    assert dut.cmd_layout.size == 10 + 8 + 32 + 2
-    assert dut.node_layout.size == 20 + 32 + 8 + 2
-    assert dut.seq_layout.size == 24
+    Fragment.get(dut, None)  # elaborates
+    params = dut.params
+    assert (params.node_bits, params.position_bits) == (8, 7)
+    assert params.cmd_layout.size == 10 + 8 + 32 + 2
+    assert params.node_layout.size == 20 + 32 + 8 + 2
+    assert params.seq_layout.size == 24
     # retrive_index < 1000 * 100, links signed 8 bits, position 25 bits, token, invalid
-    assert dut.tree_layout.size == 17 + 8 + 8 + 25 + 20 + 1 + 2
-    assert dut.mask_layout.size == 128 + 1 + 2
-    assert {name: getattr(TreeMask(), name) for name in PARAMETERS} == \
+    assert params.tree_layout.size == 17 + 8 + 8 + 25 + 20 + 1 + 2
+    assert params.mask_layout.size == 128 + 1 + 2
+    assert set(params.ports) == {"cmd", "nodes", "seq_lens", "tree", "mask"}
+    assert {name: getattr(TreeMaskParams(), name) for name in PARAMETERS} == \
         {**PARAMETERS, "max_verify_num": 64}
-    config, wide = synthesis_configuration(), synthesis_configuration(mask_lanes=128)
-    for component in (config, wide):  # built in hw/kernels, never elaborated here
-        component._MustUse__silence = True
+    config, wide = synthesis_parameters(), synthesis_parameters(mask_lanes=128)
     assert (config.max_verify_num, config.max_node_count) == (64, 256)
     assert wide.mask_lanes == 128
 
@@ -161,14 +172,62 @@ def test_example_case_is_current_and_matches_golden(tmp_path):
         assert np.array_equal(np.asarray(golden[name]).reshape(-1), values), name
 
 
+# --- benchmark points and case parameters (no build) ---------------------------------------
+
+
+def _point(**tree):
+    return {"id": "test", "batch": 1, "vocab": 32000, **tree}
+
+
+SMALL_TREE = {"node_top_k": 4, "tree_width": 4, "depth": 3, "verify_num": 8}
+
+
+def test_measure_parameters():
+    """The contract's trees: ``PARAMETERS`` where the round fits in 256 nodes, else
+    ``max_node_count`` raised to the next power of two (eagle2: 411 nodes, serving: 265)."""
+    small = _point(**SMALL_TREE)
+    assert TARGET.measure_parameters(small) == (PARAMETERS, contract_spec(small))
+    for tree in ({"node_top_k": 10, "tree_width": 10, "depth": 5, "verify_num": 60},
+                 {"node_top_k": 8, "tree_width": 8, "depth": 5, "verify_num": 64}):
+        parameters, _ = TARGET.measure_parameters(_point(**tree))
+        assert parameters == {**PARAMETERS, "max_node_count": 512}
+    with pytest.raises(NotMeasured, match=r"verify set n = 200 exceeds `max_verify_num` 128 "
+                                          r"\(the packed layout's limit\)"):
+        TARGET.measure_parameters(_point(node_top_k=10, tree_width=10, depth=5,
+                                         verify_num=200))
+    with pytest.raises(NotMeasured, match="B = 300 exceeds `max_batch_size` 256"):
+        TARGET.measure_parameters({**_point(**SMALL_TREE), "batch": 300})
+
+
+def test_case_parameters_cover_the_case(tmp_path):
+    """A case's tokens and ``seq_lens`` wider than the build's widen the model; a case that
+    fits leaves the parameters alone."""
+    assert TARGET.case_parameters(EXAMPLE_CASE, SMALL) == SMALL
+    call = manual_call("wide", [-1, 0, 0], [1.001, 0.5, 0.25], verify_num=2, mode=0,
+                       seq_len=5000)
+    call.cumu_tokens[0, 1] = -40000
+    path = tmp_path / "wide.txt"
+    write_case_file(call, path)
+    assert TARGET.case_parameters(path, SMALL) == {**SMALL, "token_width": 17,
+                                                   "seq_len_width": 13}
+
+
+def test_malformed_case_is_refused_before_any_build(tmp_path, monkeypatch):
+    path = tmp_path / "broken.txt"
+    path.write_text("cumu_tokens 3 1 2\n")
+    monkeypatch.setattr(TARGET, "model", lambda *args, **kwargs: pytest.fail("model built"))
+    with pytest.raises(ValueError, match=r"broken.txt:1: tensor 'cumu_tokens' declares 3"):
+        TARGET.run(SMALL, case=path)
+
+
 # --- Verilator ------------------------------------------------------------------------------
 
 
 def test_matches_golden_under_verilator(sim_report):
     """The test-tier model: the throughput call, the directed calls (unstressed and
     stressed), random draft-round calls with idle and back-pressure."""
-    summary = run_parameters(SMALL, overrides={"vectors": 25, "perf": SMALL_PERF},
-                             log_file=BUILD_ROOT / "pytest-tree_mask.log")
+    summary = TARGET.run(SMALL, overrides={"vectors": 25, "perf": SMALL_PERF},
+                         log_file=BUILD_ROOT / "pytest-tree_mask.log")
     assert summary["random_vectors"] == 25
     # 6 requests of 40 nodes, n = 8 (one mask word a row): the node stream sets the pace,
     # cumu_count + 1 clocks a request.
@@ -178,16 +237,43 @@ def test_matches_golden_under_verilator(sim_report):
 
 
 def test_case_replay_under_verilator():
-    summary = run_parameters(SMALL, case=EXAMPLE_CASE, overrides={"perf": SMALL_PERF},
-                             log_file=BUILD_ROOT / "pytest-tree_mask-case.log")
+    summary = TARGET.run(SMALL, case=EXAMPLE_CASE,
+                         log_file=BUILD_ROOT / "pytest-tree_mask-case.log")
     assert summary["vectors"] == 1 and summary["extra"]["expected tensors"] == "6 of 6 checked"
+
+
+def test_case_with_a_larger_tree_builds_a_larger_model(tmp_path):
+    """A case whose tree (49 nodes), verify set (24) and batch (16) exceed the SMALL build
+    replays on a model built for it (``case_parameters``)."""
+    call = grown_call("larger", seed=5, batch=16, k=3, width=3, depths=6, maxn=64,
+                      verify_num=24, mode=0, vocab=30000)
+    assert call.cumu_count == 49 and call.n(24) == 24
+    path = tmp_path / "larger.txt"
+    write_case_file(call, path)
+    parameters = {**SMALL, "max_node_count": 64, "max_verify_num": 24, "max_batch_size": 16}
+    assert TARGET.case_parameters(path, SMALL) == parameters
+    summary = TARGET.run(SMALL, case=path, log_file=BUILD_ROOT / "pytest-tree_mask-larger.log")
+    assert summary["extra"]["model"] == "MAXN=64, MAXV=24, B<=16"
+    assert summary["extra"]["expected tensors"] == "6 of 6 checked"
+
+
+def test_measurement_on_the_test_tier_model():
+    """The ``measurement`` test at the contract's small tree, B = 8, on the SMALL model (the
+    tree fits): the cycles, interval and operations of the cycle budget sheet."""
+    point = {**_point(**SMALL_TREE), "batch": 8}
+    summary = TARGET.run(SMALL, overrides={"measure": contract_spec(point)},
+                         tests=("measurement",),
+                         log_file=BUILD_ROOT / "pytest-tree_mask-measure.log")
+    measurement = summary["measurement"]
+    assert (measurement["cycles"], measurement["initiation_interval"],
+            measurement["operations"]) == (325, 38.0, 2080)
 
 
 @pytest.mark.slow
 def test_make_sim_target_under_verilator(sim_report):
     """``make sim KERNEL=tree_mask``: MAXN = 256, MAXV = 128; verify_num = 64 on 256-node
     trees costs cumu_count + 1 clocks a request."""
-    summary = run_target("tree_mask", log_file=BUILD_ROOT / "pytest-tree_mask-full.log")
+    summary = TARGET.run(log_file=BUILD_ROOT / "pytest-tree_mask-full.log")
     assert summary["initiation_interval"] == 257.0
     sim_report(f"tree_mask (make sim): {summary['vectors']} calls bit-exact, "
                f"{summary['initiation_interval']:.2f} cycles/request at verify_num=64 MAXN=256")
@@ -207,7 +293,7 @@ def test_make_sim_target_under_verilator(sim_report):
     ids=["lanes128-n128", "maxv=maxn-lanes16"],
 )
 def test_other_parameters_under_verilator(parameters, perf, sim_report):
-    summary = run_parameters(parameters, overrides={"vectors": 40, "perf": perf},
-                             log_file=BUILD_ROOT / "pytest-tree_mask-params.log")
+    summary = TARGET.run(parameters, overrides={"vectors": 40, "perf": perf},
+                         log_file=BUILD_ROOT / "pytest-tree_mask-params.log")
     sim_report(f"tree_mask {parameters}: {summary['vectors']} calls bit-exact, "
                f"{summary['initiation_interval']:.2f} cycles/request")

@@ -7,17 +7,18 @@ import numpy as np
 import pytest
 
 import hw.kernels.verify_result as verify_result_module
-from hw.kernels.verify_result import VerifyResult, synthesis_configuration
+from hw.kernels.verify_result import VerifyResult, synthesis_parameters
 from sim.harness import BUILD_ROOT
-from sim.targets import run_target
-from sim.verify_result import PARAMETERS, run_parameters
+from sim.verify_result import PARAMETERS, TARGET
 from sim.verify_result.pysim import run_on_amaranth
 from sim.verify_result.vectors import (
     EXAMPLE_CASE,
     call_from_case,
     directed_calls,
     expected,
+    greedy_call,
     random_call,
+    write_case_file,
     write_example_case,
 )
 
@@ -52,15 +53,15 @@ def test_parameters_and_layouts():
     assert {name: getattr(dut, name) for name in SMALL} == SMALL
     with pytest.raises(AttributeError):
         dut.max_draft_tokens = 3
-    assert dut.flat_bits == 9  # flat ids < 40 * 12
-    assert dut.cmd_layout.size == 6 + 4 + 3 + 24
-    assert dut.request_layout.size == 3 + 5 * 9 + 6 + 13 + 13
-    assert dut.node_layout.size == 24 + 26 + 2
-    assert dut.commit_layout.size == 8 + 24 + 6 + 13 + 26 + 2  # index < 40 * 5
-    assert dut.result_layout.size == 3 + 24 + 1 + 13 + 8 + 12
+    params = dut.params
+    assert params.flat_bits == 9  # flat ids < 40 * 12
+    assert params.cmd_layout.size == 6 + 4 + 3 + 24
+    assert params.request_layout.size == 3 + 5 * 9 + 6 + 13 + 13
+    assert params.node_layout.size == 24 + 26 + 2
+    assert params.commit_layout.size == 8 + 24 + 6 + 13 + 26 + 2  # index < 40 * 5
+    assert params.result_layout.size == 3 + 24 + 1 + 13 + 8 + 12
     assert {name: getattr(VerifyResult(), name) for name in PARAMETERS} == PARAMETERS
-    config = synthesis_configuration()
-    config._MustUse__silence = True  # built in hw/kernels, never elaborated here
+    config = synthesis_parameters()
     assert (config.max_draft_tokens, config.max_speculative_tokens) == (64, 16)
 
 
@@ -112,8 +113,8 @@ def test_example_case_is_current_and_matches_golden(tmp_path):
 def test_matches_golden_under_verilator(sim_report):
     """The test-tier model: the throughput call, the directed calls (unstressed and
     stressed), random calls with idle and back-pressure."""
-    summary = run_parameters(SMALL, overrides={"vectors": 40, "perf": SMALL_PERF},
-                             log_file=BUILD_ROOT / "pytest-verify_result.log")
+    summary = TARGET.run(SMALL, overrides={"vectors": 40, "perf": SMALL_PERF},
+                         log_file=BUILD_ROOT / "pytest-verify_result.log")
     assert summary["random_vectors"] == 40
     # n = 12 node records a request, plus the hand-over clock.
     assert 12.5 <= summary["initiation_interval"] <= 13.5
@@ -122,15 +123,39 @@ def test_matches_golden_under_verilator(sim_report):
 
 
 def test_case_replay_under_verilator():
-    summary = run_parameters(SMALL, case=EXAMPLE_CASE, overrides={"perf": SMALL_PERF},
-                             log_file=BUILD_ROOT / "pytest-verify_result-case.log")
+    summary = TARGET.run(SMALL, case=EXAMPLE_CASE,
+                         log_file=BUILD_ROOT / "pytest-verify_result-case.log")
     assert summary["vectors"] == 1 and summary["extra"]["expected tensors"] == "7 of 7 checked"
+
+
+def test_case_beyond_the_build_replays_on_a_model_built_for_it(tmp_path):
+    """A case with n = 16, S = 6 and B = 6 (the test build holds n <= 12, S <= 5) replays
+    on the model ``case_parameters`` derives from it."""
+    from sim.tree_mask.vectors import grown_call
+
+    tree = grown_call("wide tree", seed=5, batch=6, k=4, width=4, depths=5, maxn=80,
+                      verify_num=16, mode=1)
+    call = greedy_call("beyond", tree, s=6, rng=np.random.default_rng(5), follow=0.9,
+                       eos="random", context=200)
+    path = tmp_path / "beyond.txt"
+    write_case_file(call, path)
+    derived = TARGET.case_parameters(path, SMALL)
+    assert (derived["max_draft_tokens"], derived["max_speculative_tokens"]) == (16, 6)
+    summary = TARGET.run(SMALL, case=path, log_file=BUILD_ROOT / "pytest-verify_result-big.log")
+    assert summary["extra"]["expected tensors"] == "7 of 7 checked"
+
+
+def test_malformed_case_is_refused_before_any_build(tmp_path):
+    path = tmp_path / "broken.txt"
+    path.write_text("batch_size 1 1\nnum_draft_tokens 1 x\n")
+    with pytest.raises(ValueError, match=r"broken.txt"):
+        TARGET.run(SMALL, case=path)
 
 
 @pytest.mark.slow
 def test_make_sim_target_under_verilator(sim_report):
     """``make sim KERNEL=verify_result``: n = 64, S = 16: n + 1 clocks a request."""
-    summary = run_target("verify_result", log_file=BUILD_ROOT / "pytest-verify_result-full.log")
+    summary = TARGET.run(log_file=BUILD_ROOT / "pytest-verify_result-full.log")
     assert 64.5 <= summary["initiation_interval"] <= 65.5
     sim_report(f"verify_result (make sim): {summary['vectors']} calls bit-exact, "
                f"{summary['initiation_interval']:.2f} cycles/request at n=64")

@@ -1,62 +1,39 @@
-# amaranth: UnusedElaboratable=no
 """K3 ``WorkDeltas``: parameter validation, Amaranth-simulator unit tests and the Verilator
 regression against ``golden.calculate_work_deltas`` + ``golden.width_policy``."""
 
-import random
+from dataclasses import asdict
 
 import numpy as np
 import pytest
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Fragment, Module, Signal
 
 import hw.kernels.work_deltas as work_deltas_module
 import hw.lib.float32 as float32
 from golden.cases import read_case
-from hw.kernels.work_deltas import WorkDeltas, uint_to_float32
-from sim.amaranth_tb import collect, feed, simulate
+from hw.kernels.work_deltas import (
+    WorkDeltas,
+    WorkDeltasParams,
+    synthesis_parameters,
+    uint_to_float32,
+)
+from sim.amaranth_tb import simulate
 from sim.harness import BUILD_ROOT
-from sim.targets import run_target
-from sim.work_deltas import PARAMETERS, draft_round_cumu_counts, measure, run_parameters
+from sim.targets import NotMeasured
+from sim.work_deltas import PARAMETERS, TARGET, draft_round_cumu_counts
+from sim.work_deltas.pysim import run_on_amaranth
 from sim.work_deltas.vectors import (
     EXAMPLE_CASE,
     Call,
     call_from_case,
-    check,
-    command,
     directed_calls,
     expected,
+    perf_call,
     random_call,
-    score_beats,
+    write_case_file,
     write_example_case,
 )
 
 F32 = np.float32
-
-
-def run_on_amaranth(parameters, calls, *, idle=0.0, backpressure=0.0, seed=0):
-    """Drive ``calls`` through ``WorkDeltas(**parameters)`` on Amaranth's simulator; check
-    every call's output beats against the golden."""
-    dut = WorkDeltas(**parameters)
-    k = dut.node_top_k
-    rng = np.random.default_rng(seed)
-    commands = [command(call, dut.max_verify_num) for call in calls]
-    beats = [beat for call in calls for beat in score_beats(call, dut.lanes, rng)]
-    outputs = []
-
-    async def commander(ctx):
-        await feed(ctx, dut.cmd, commands, idle=idle, rng=random.Random(seed))
-
-    async def scorer(ctx):
-        await feed(ctx, dut.scores, beats, idle=idle, rng=random.Random(seed + 1))
-
-    async def consumer(ctx):
-        items = await collect(ctx, dut.deltas, (k + 1) * len(calls), backpressure=backpressure,
-                              rng=random.Random(seed + 2))
-        outputs.extend({"work_delta": p.work_delta, "next_width": p.next_width,
-                        "first": p.first, "last": p.last} for p in items)
-
-    simulate(dut, commander, scorer, consumer)
-    for index, call in enumerate(calls):
-        check(call, outputs[index * (k + 1):(index + 1) * (k + 1)])
 
 
 # --- parameters -----------------------------------------------------------------------------
@@ -79,20 +56,29 @@ def run_on_amaranth(parameters, calls, *, idle=0.0, backpressure=0.0, seed=0):
 )
 def test_invalid_parameters(arguments, message):
     with pytest.raises(ValueError, match=message):
-        WorkDeltas(**arguments)
+        WorkDeltasParams(**arguments)
 
 
 def test_parameters_and_layouts():
-    dut = WorkDeltas(node_top_k=10, max_verify_num=48, lanes=4, max_batch_size=1000)
-    assert (dut.node_top_k, dut.max_verify_num, dut.lanes, dut.max_batch_size) == \
+    params = WorkDeltasParams(node_top_k=10, max_verify_num=48, lanes=4, max_batch_size=1000)
+    assert (params.node_top_k, params.max_verify_num, params.lanes, params.max_batch_size) == \
         (10, 48, 4, 1000)
     with pytest.raises(AttributeError):
+        params.node_top_k = 3
+    assert params.cmd_layout.size == 10 + 32 + 32 + 32
+    assert params.scores_layout.size == 4 * 32 + 2
+    assert params.output_layout.size == 32 + 4 + 2
+    assert set(params.ports) == {"cmd", "scores", "deltas"}
+    assert asdict(WorkDeltasParams()) == PARAMETERS
+    assert synthesis_parameters() == WorkDeltasParams()
+    assert synthesis_parameters(lanes=4).scores_layout.size == 4 * 32 + 2
+    dut = WorkDeltas(**SMALL)
+    assert dut.params == WorkDeltasParams(**SMALL)
+    assert {name: getattr(dut, name) for name in SMALL} == SMALL
+    with pytest.raises(AttributeError):
         dut.node_top_k = 3
-    assert dut.cmd_layout.size == 10 + 32 + 32 + 32
-    assert dut.scores_layout.size == 4 * 32 + 2
-    assert dut.output_layout.size == 32 + 4 + 2
-    assert WorkDeltas().node_top_k == PARAMETERS["node_top_k"]
-    assert {name: getattr(WorkDeltas(), name) for name in PARAMETERS} == PARAMETERS
+    assert dut.output_layout == dut.params.output_layout
+    Fragment.get(dut, None)  # elaborated: no UnusedElaboratable warning
 
 
 def test_uint_to_float32_is_exact():
@@ -196,7 +182,7 @@ def test_example_case_is_current_and_matches_golden(tmp_path):
 def test_matches_golden_under_verilator(sim_report):
     """Default parameters (K = 8, MAXV = 64, 8 lanes): the throughput call, the directed
     calls, and random calls with idle and back-pressure."""
-    summary = run_target("work_deltas", overrides={"vectors": 40},
+    summary = TARGET.run(overrides={"vectors": 40},
                          log_file=BUILD_ROOT / "pytest-work_deltas.log")
     assert summary["random_vectors"] == 40
     # K = 8, verify_num = 64, ws0 = 64: a row is 72 scores = 9 beats of 8 lanes.
@@ -207,9 +193,31 @@ def test_matches_golden_under_verilator(sim_report):
 
 
 def test_case_replay_under_verilator():
-    summary = run_target("work_deltas", case=EXAMPLE_CASE,
-                         log_file=BUILD_ROOT / "pytest-work_deltas-case.log")
+    summary = TARGET.run(case=EXAMPLE_CASE, log_file=BUILD_ROOT / "pytest-work_deltas-case.log")
     assert summary["vectors"] == 1 and summary["extra"]["expected_work_deltas"] == "checked"
+
+
+def test_case_with_other_parameters_builds_its_model(tmp_path):
+    """A case with another ``node_top_k``, a larger ``max_verify_num`` and a larger batch than
+    the build replays on a model built for it (``case_parameters``)."""
+    call = perf_call(2, 6, 9, batch_size=9, verify_num=6, cumu_count=20, seed=3)
+    deltas, _ = expected(call)
+    call.cost_per_node = float(F32((deltas[2] - deltas[1]) / F32(call.batch_size)))
+    path = tmp_path / "k2_case.txt"
+    write_case_file(call, path)
+    assert TARGET.case_parameters(path, SMALL) == {"node_top_k": 2, "max_verify_num": 6,
+                                                   "lanes": 2, "max_batch_size": 9}
+    summary = TARGET.run(SMALL, case=path, log_file=BUILD_ROOT / "pytest-work_deltas-k2.log")
+    assert summary["extra"]["expected_work_deltas"] == "checked"
+    assert summary["extra"]["requests"] == 9
+    assert summary["extra"]["next_width"] == expected(call)[1] == 2
+
+
+def test_malformed_case_is_refused_before_any_build(tmp_path):
+    path = tmp_path / "broken.txt"
+    path.write_text("node_top_k 2 4\n")
+    with pytest.raises(ValueError, match=r"broken.txt:1: tensor 'node_top_k'"):
+        TARGET.run(SMALL, case=path)
 
 
 def test_measure_on_a_contract_point():
@@ -222,7 +230,8 @@ def test_measure_on_a_contract_point():
     point = {"id": "serving-b1-test", "tree": "serving", "node_top_k": 8, "tree_width": 8,
              "depth": 5, "verify_num": 64, "batch": 1, "vocab": 32000, "hidden_size": 4096,
              "hidden_dtype": "fp16", "hidden_bytes": 2, "clock_mhz": 300.0}
-    result = measure(point, seed=1, log_file=BUILD_ROOT / "pytest-work_deltas-measure.log")
+    result = TARGET.measure(point, seed=1,
+                            log_file=BUILD_ROOT / "pytest-work_deltas-measure.log")
     jsonschema.validate(result, load_schema("measurement"))
     assert result["invocations"] == 5
     assert draft_round_cumu_counts(8, 8, 5) == [1, 9, 73, 137, 201]
@@ -232,10 +241,22 @@ def test_measure_on_a_contract_point():
     assert 0 < result["cycles"] < 600
 
 
+def test_measure_parameters():
+    """The DUT of a contract point: its ``K``, room for its verify set and batch; ``K`` above
+    16 is not measured."""
+    point = {"node_top_k": 10, "tree_width": 10, "depth": 3, "verify_num": 100, "batch": 300}
+    parameters, spec = TARGET.measure_parameters(point)
+    assert parameters == {"node_top_k": 10, "max_verify_num": 100, "lanes": 8,
+                          "max_batch_size": 300}
+    assert spec == {"batch_size": 300, "verify_num": 100, "cumu_counts": [1, 11, 111]}
+    with pytest.raises(NotMeasured, match="K = 17 exceeds `node_top_k` 16"):
+        TARGET.measure_parameters({**point, "node_top_k": 17})
+
+
 @pytest.mark.slow
 def test_full_regression_under_verilator(sim_report):
     for seed in (1, 2, 3):
-        summary = run_target("work_deltas", seed=seed,
+        summary = TARGET.run(seed=seed,
                              log_file=BUILD_ROOT / f"pytest-work_deltas-seed{seed}.log")
         assert summary["initiation_interval"] == 9.0
     sim_report(f"work_deltas (3 seeds): {summary['vectors']} calls each bit-exact")
@@ -256,8 +277,8 @@ def test_full_regression_under_verilator(sim_report):
 )
 def test_other_parameters_under_verilator(parameters, perf, interval, sim_report):
     name = "_".join(str(value) for value in parameters.values())
-    summary = run_parameters(parameters, overrides={"vectors": 300, "perf": perf},
-                             log_file=BUILD_ROOT / f"pytest-work_deltas-{name}.log")
+    summary = TARGET.run(parameters, overrides={"vectors": 300, "perf": perf},
+                         log_file=BUILD_ROOT / f"pytest-work_deltas-{name}.log")
     # (t_last - t_first) / (B - 1) over the request starts: the first rows enter a little
     # faster than the steady state while the pipeline fills.
     assert interval - 0.5 <= summary["initiation_interval"] <= interval

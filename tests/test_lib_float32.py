@@ -6,10 +6,12 @@ from amaranth.hdl import Module, Signal
 
 import hw.lib.float32 as float32
 from hw.lib.float32 import Float32Add, Float32Compare, Float32Multiply
+from hw.lib.params import ParameterError
 from sim.amaranth_tb import simulate
+from sim.float32 import BY_OPERATION
+from sim.float32.dut import Float32StreamParams
 from sim.float32.vectors import directed_operands, mismatches, random_operands, reference
 from sim.harness import BUILD_ROOT
-from sim.targets import run_target
 
 CORES = {"mul": Float32Multiply, "add": Float32Add, "cmp": Float32Compare}
 
@@ -93,10 +95,21 @@ def test_comparison_helpers_follow_ieee():
     simulate(m, testbench, clocked=False)
 
 
+def test_stream_parameters():
+    """The DUT wrapper's parameter record: layouts and latencies without building it."""
+    assert Float32StreamParams("cmp").ports["o"].size == 3
+    assert Float32StreamParams("add").ports["i"].size == 65
+    assert Float32StreamParams("mul").latency == Float32Multiply.latency
+    with pytest.raises(ParameterError, match="`operation` must be one of 'mul', 'add', 'cmp', "
+                                             "'div', not 'pow'"):
+        Float32StreamParams("pow")
+    assert sorted(BY_OPERATION) == ["add", "cmp", "div", "mul"]
+
+
 @pytest.mark.parametrize("operation", ["mul", "add", "cmp"])
 def test_core_matches_numpy_under_verilator(operation, sim_report):
     """200,000 random pairs (and the corner pairs), random idle and back-pressure."""
-    summary = run_target(f"fp32_{operation}", log_file=BUILD_ROOT / f"pytest-fp32_{operation}.log")
+    summary = BY_OPERATION[operation].run(log_file=BUILD_ROOT / f"pytest-fp32_{operation}.log")
     assert summary["random_vectors"] >= 200_000
     assert summary["initiation_interval"] == 1.0
     assert summary["latency_cycles"] == CORES[operation].latency

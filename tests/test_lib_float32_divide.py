@@ -8,10 +8,10 @@ import pytest
 import hw.lib.float32_divide as float32_divide
 from hw.lib.float32_divide import Float32Divide
 from sim.amaranth_tb import simulate
-from sim.float32.vectors import directed_operands, mismatches
+from sim.float32 import BY_OPERATION
+from sim.float32.dut import Float32OpStream, Float32StreamParams
+from sim.float32.vectors import directed_operands, divide_operands, mismatches, reference
 from sim.harness import BUILD_ROOT
-from sim.reject_sample.divide import divide_operands, quotients
-from sim.targets import run_target
 
 
 def run_divider(a, b, *, bits_per_stage=2, en_pattern=None):
@@ -54,6 +54,8 @@ def test_invalid_parameters(value, message):
 
 def test_latency():
     assert Float32Divide().latency == 4 + 13
+    assert Float32StreamParams("div").latency == Float32OpStream("div").latency == 4 + 13
+    assert Float32StreamParams("div", bits_per_stage=5).latency == 4 + 5
     assert Float32Divide(bits_per_stage=1).latency == 4 + 25
     assert Float32Divide(bits_per_stage=5).latency == 4 + 5
     with pytest.raises(AttributeError):
@@ -62,14 +64,14 @@ def test_latency():
 
 def test_corner_pairs_on_amaranth_simulator():
     a, b = directed_operands()
-    assert mismatches("div", quotients(a, b), run_divider(a, b)).size == 0
+    assert mismatches("div", reference("div", a, b), run_divider(a, b)).size == 0
 
 
 @pytest.mark.parametrize("bits_per_stage", [1, 2, 5])
 def test_random_pairs_on_amaranth_simulator(bits_per_stage):
     a, b = divide_operands(np.random.default_rng(bits_per_stage), 1500)
     actual = run_divider(a, b, bits_per_stage=bits_per_stage)
-    assert mismatches("div", quotients(a, b), actual).size == 0
+    assert mismatches("div", reference("div", a, b), actual).size == 0
 
 
 def test_operands_hit_subnormal_ties():
@@ -86,7 +88,7 @@ def test_operands_hit_subnormal_ties():
 def test_pipeline_holds_when_disabled():
     a, b = divide_operands(np.random.default_rng(5), 60)
     actual = run_divider(a, b, en_pattern=[1, 0, 0, 1, 1, 0])
-    assert mismatches("div", quotients(a, b), actual).size == 0
+    assert mismatches("div", reference("div", a, b), actual).size == 0
 
 
 def test_truncating_divider_is_caught(monkeypatch):
@@ -97,13 +99,13 @@ def test_truncating_divider_is_caught(monkeypatch):
 
     monkeypatch.setattr(float32_divide, "_round_to_nearest_even", truncate)
     a, b = divide_operands(np.random.default_rng(7), 1000)
-    assert mismatches("div", quotients(a, b), run_divider(a, b)).size > 100
+    assert mismatches("div", reference("div", a, b), run_divider(a, b)).size > 100
 
 
 def test_divider_matches_numpy_under_verilator(sim_report):
     """200,000 random pairs (subnormals, ties, overflow and underflow edges, specials, the K6
     range) and every corner pair, with random idle and back-pressure."""
-    summary = run_target("fp32_div", log_file=BUILD_ROOT / "pytest-fp32_div.log")
+    summary = BY_OPERATION["div"].run(log_file=BUILD_ROOT / "pytest-fp32_div.log")
     assert summary["random_vectors"] >= 200_000
     assert summary["initiation_interval"] == 1.0
     assert summary["latency_cycles"] == Float32Divide().latency

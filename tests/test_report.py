@@ -1,12 +1,13 @@
-"""``make report`` (``python -m hw.report``): the benchmark contract, the environment manifest
-and the cycle budget sheet, with fake measurements (the real kernels are not needed)."""
+"""``make report`` (``python -m hw.report``, ``flow.report``): the benchmark contract, the
+environment manifest and the cycle budget sheet, with fake measurements (the real kernels are
+not needed)."""
 
 import json
 
 import jsonschema
 import pytest
 
-import hw.report
+import flow.report
 from boards import load_schema
 from sim.targets import NotMeasured, SimTarget, port_bytes
 
@@ -18,9 +19,9 @@ OUTPUTS = ("benchmark_contract.md", "env_manifest.txt", "cycle_budget.json", "cy
 def isolated(tmp_path, monkeypatch, request):
     """Logs under tmp_path; no simulation target anywhere (unless a test adds some); the
     plot (a second or more) only in the tests that request ``with_plot``."""
-    monkeypatch.setattr(hw.report, "LOG_DIR", tmp_path / "logs")
+    monkeypatch.setattr(flow.report, "LOG_DIR", tmp_path / "logs")
     if "with_plot" not in request.fixturenames:
-        monkeypatch.setattr(hw.report, "plot_budget",
+        monkeypatch.setattr(flow.report, "plot_budget",
                             lambda sheet, path: path.write_bytes(b"\x89PNG stand-in"))
     targets = {}
 
@@ -29,13 +30,13 @@ def isolated(tmp_path, monkeypatch, request):
             return targets[kernel], None
         return None, f"no simulation target yet (sim/{kernel}/ does not exist)"
 
-    monkeypatch.setattr(hw.report, "find_sim_target", find_sim_target)
-    monkeypatch.setattr(hw.report, "_measured_outside_contract", lambda contract: [])
+    monkeypatch.setattr(flow.report, "find_sim_target", find_sim_target)
+    monkeypatch.setattr(flow.report, "_measured_outside_contract", lambda contract: [])
     return targets
 
 
 def run(capsys, *args):
-    status = hw.report.main(list(args))
+    status = flow.report.main(list(args))
     captured = capsys.readouterr()
     return status, captured.out, captured.err
 
@@ -45,7 +46,7 @@ def validate(instance, name):
 
 
 def test_contract_has_the_operating_points_of_the_issue():
-    contract = hw.report.load_contract()
+    contract = flow.report.load_contract()
     assert contract["clock_mhz"] == 300.0
     assert contract["hidden_size"] == 4096
     assert contract["hidden_dtype"] == "fp16" and contract["hidden_bytes"] == 2
@@ -60,7 +61,7 @@ def test_contract_has_the_operating_points_of_the_issue():
     assert list(contract["kernels"]) == ["score", "update_state", "work_deltas", "tree_mask",
                                          "logits_to_probas", "reject_sample", "verify_result",
                                          "active_slots", "dataflow"]
-    points = hw.report.contract_points(contract)
+    points = flow.report.contract_points(contract)
     assert len(points) == 12
     assert points[0] == {
         "id": "eagle2-b1-v32000", "tree": "eagle2",
@@ -81,9 +82,9 @@ def test_contract_has_the_operating_points_of_the_issue():
 ])
 def test_invalid_contract_is_refused(tmp_path, capsys, isolated, edit, message):
     broken = tmp_path / "contract.toml"
-    broken.write_text(edit(hw.report.CONTRACT.read_text()))
-    with pytest.raises(hw.report.FlowError, match=message):
-        hw.report.load_contract(broken)
+    broken.write_text(edit(flow.report.CONTRACT.read_text()))
+    with pytest.raises(flow.report.FlowError, match=message):
+        flow.report.load_contract(broken)
     status, _, stderr = run(capsys, "--contract", str(broken), "--out", str(tmp_path / "r"))
     assert status == 1
     assert "reading the benchmark contract failed" in stderr
@@ -125,8 +126,14 @@ def test_with_no_measurement_every_report_is_written_and_valid(tmp_path, capsys,
 
 
 def _fake_target(measure):
-    return SimTarget(name="score", description="fake", make_dut=lambda: None,
-                     testbench="none", measure=measure)
+    if measure is None:
+        return SimTarget("score", "fake", component=lambda: None, testbench="none")
+
+    class FakeTarget(SimTarget):
+        def measure(self, point, *, seed, log_file=None):
+            return measure(point, seed=seed, log_file=log_file)
+
+    return FakeTarget("score", "fake", component=lambda: None, testbench="none")
 
 
 def _measure(point, *, seed, log_file):
@@ -235,6 +242,6 @@ def test_port_bytes_counts_whole_bytes_per_beat():
 
 
 def test_targets_with_measure_outside_the_contract_are_found():
-    contract = hw.report.load_contract()
+    contract = flow.report.load_contract()
     # The float32 cores' targets have no measure(): nothing outside the contract.
-    assert hw.report._measured_outside_contract(contract) == []
+    assert flow.report._measured_outside_contract(contract) == []

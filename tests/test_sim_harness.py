@@ -8,6 +8,7 @@ import pytest
 from sim.float32.dut import Float32OpStream
 from sim.harness import (
     BUILD_ROOT,
+    COCOTB_TESTS_RUN,
     SimulationError,
     build_model,
     elaborate,
@@ -35,12 +36,30 @@ def test_cache_key_covers_hardware_and_tracing():
 
 
 def test_failing_cocotb_test_raises():
-    """The compare DUT checked against the multiply reference must fail, not pass silently."""
-    model = build_model(Float32OpStream("cmp"), name="fp32_cmp")
-    config = {**discover_targets()["fp32_cmp"].config, "operation": "mul", "vectors": 50}
+    """The add DUT checked against the multiply reference (same port widths) must fail on
+    its results, not pass silently."""
+    model = build_model(Float32OpStream("add"), name="fp32_add")
+    config = {**discover_targets()["fp32_add"].config, "parameters": {"operation": "mul"},
+              "vectors": 50}
     with pytest.raises(SimulationError, match="1 of 1 cocotb tests"):
         run_testbench(model, "sim.float32.tb", config, seed=3,
                       log_file=BUILD_ROOT / "pytest-expected-failure.log")
+
+
+def test_named_tests_must_run():
+    """A run naming a cocotb test the module lacks fails instead of passing with nothing run."""
+    model = build_model(Float32OpStream("cmp"), name="fp32_cmp")
+    config = {**discover_targets()["fp32_cmp"].config, "vectors": 50}
+    with pytest.raises(SimulationError, match="ran no test"):
+        run_testbench(model, "sim.float32.tb", config, seed=3, tests=("no_such_phase",),
+                      log_file=BUILD_ROOT / "pytest-no-such-phase.log")
+
+
+def test_cocotb_tests_are_counted():
+    before = COCOTB_TESTS_RUN.get("sim.float32.tb", 0)
+    run_target("fp32_cmp", overrides={"vectors": 20}, seed=6,
+               log_file=BUILD_ROOT / "pytest-fp32_cmp-count.log")
+    assert COCOTB_TESTS_RUN["sim.float32.tb"] > before
 
 
 def test_run_target_returns_summary(sim_report):
@@ -76,6 +95,18 @@ def test_cli_without_kernel_exits_nonzero():
     result = subprocess.run([sys.executable, "-m", "sim"], capture_output=True, text=True)
     assert result.returncode == 2
     assert "fp32_add" in result.stderr
+
+
+def test_cli_malformed_case_fails_on_the_console_before_any_build(tmp_path):
+    """The case file is parsed in ``make sim`` itself: its error (file, line, field) is on the
+    console with a non-zero exit, not only inside a cocotb results file."""
+    case = tmp_path / "broken.txt"
+    case.write_text("# a case\nfinished 3 1 0\n")
+    result = subprocess.run([sys.executable, "-m", "sim", "active_slots", "--case", str(case)],
+                            capture_output=True, text=True)
+    assert result.returncode == 1
+    assert f"active_slots: FAIL — {case}:2: tensor 'finished'" in result.stderr
+    assert "building Verilator model" not in result.stdout
 
 
 def test_make_sim_unknown_kernel_exits_nonzero():

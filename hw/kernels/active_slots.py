@@ -15,16 +15,68 @@ in the clock it arrives, ``inverse`` carries ``active_inverse[b]`` and, if ``b``
 ``active_count``. A call takes ``B + (B - active_count) + 2`` clocks without back-pressure.
 """
 
-from amaranth.hdl import Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.wiring import In, Out
+from dataclasses import asdict, dataclass
 
+from amaranth.hdl import Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, wiring
+
+from hw.lib.component import KernelComponent
+from hw.lib.params import check_int
 from hw.lib.stream import RegisterSlice, packet_layout
 
-__all__ = ["ActiveSlots", "synthesis_configuration"]
+__all__ = ["ActiveSlotsParams", "ActiveSlots", "synthesis_parameters",
+           "synthesis_configuration"]
 
 
-class ActiveSlots(wiring.Component):
+@dataclass(frozen=True)
+class ActiveSlotsParams:
+    """Validated build parameters of :class:`ActiveSlots` and the port layouts they give
+    (testbenches and the host read layouts here without building the component).
+
+    Parameters
+    ----------
+    max_batch_size : int
+        Largest ``batch_size`` (>= 1).
+    """
+
+    max_batch_size: int = 256
+
+    def __post_init__(self):
+        check_int("max_batch_size", self.max_batch_size, 1)
+
+    @property
+    def batch_bits(self) -> int:
+        return self.max_batch_size.bit_length()
+
+    @property
+    def cmd_layout(self) -> data.StructLayout:
+        return data.StructLayout({"batch_size": unsigned(self.batch_bits)})
+
+    @property
+    def finished_layout(self) -> data.StructLayout:
+        return packet_layout({"finished": 1})
+
+    @property
+    def inverse_layout(self) -> data.StructLayout:
+        return packet_layout({"active_inverse": signed(self.batch_bits + 1)})
+
+    @property
+    def slot_layout(self) -> data.StructLayout:
+        return packet_layout({"active_slot": signed(self.batch_bits + 1)})
+
+    @property
+    def count_layout(self) -> data.StructLayout:
+        return data.StructLayout({"active_count": unsigned(self.batch_bits)})
+
+    @property
+    def ports(self) -> dict:
+        """Port name -> payload layout."""
+        return {"cmd": self.cmd_layout, "finished": self.finished_layout,
+                "inverse": self.inverse_layout, "slots": self.slot_layout,
+                "count": self.count_layout}
+
+
+class ActiveSlots(KernelComponent):
     """Stable compaction of the unfinished batch rows.
 
     Parameters
@@ -51,52 +103,16 @@ class ActiveSlots(wiring.Component):
         One beat per call (also for ``B = 0``): ``active_count``.
     """
 
-    def __init__(self, *, max_batch_size=256):
-        if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int):
-            raise ValueError(f"`max_batch_size` must be an integer, not {max_batch_size!r}")
-        if max_batch_size < 1:
-            raise ValueError(f"`max_batch_size` must be at least 1, not {max_batch_size}")
-        self._max_batch_size = max_batch_size
-        super().__init__({
-            "cmd": In(stream.Signature(self.cmd_layout)),
-            "finished": In(stream.Signature(self.finished_layout)),
-            "inverse": Out(stream.Signature(self.inverse_layout)),
-            "slots": Out(stream.Signature(self.slot_layout)),
-            "count": Out(stream.Signature(self.count_layout)),
-        })
-
-    max_batch_size = property(lambda self: self._max_batch_size)
-
-    @property
-    def batch_bits(self):
-        return self._max_batch_size.bit_length()
-
-    @property
-    def cmd_layout(self) -> data.StructLayout:
-        return data.StructLayout({"batch_size": unsigned(self.batch_bits)})
-
-    @property
-    def finished_layout(self) -> data.StructLayout:
-        return packet_layout({"finished": 1})
-
-    @property
-    def inverse_layout(self) -> data.StructLayout:
-        return packet_layout({"active_inverse": signed(self.batch_bits + 1)})
-
-    @property
-    def slot_layout(self) -> data.StructLayout:
-        return packet_layout({"active_slot": signed(self.batch_bits + 1)})
-
-    @property
-    def count_layout(self) -> data.StructLayout:
-        return data.StructLayout({"active_count": unsigned(self.batch_bits)})
+    Params = ActiveSlotsParams
+    OUTPUTS = ("inverse", "slots", "count")
 
     def elaborate(self, platform):
         m = Module()
-        bits = self.batch_bits
-        m.submodules.inverse_slice = inverse_slice = RegisterSlice(self.inverse_layout)
-        m.submodules.slot_slice = slot_slice = RegisterSlice(self.slot_layout)
-        m.submodules.count_slice = count_slice = RegisterSlice(self.count_layout)
+        params = self._params
+        bits = params.batch_bits
+        m.submodules.inverse_slice = inverse_slice = RegisterSlice(params.inverse_layout)
+        m.submodules.slot_slice = slot_slice = RegisterSlice(params.slot_layout)
+        m.submodules.count_slice = count_slice = RegisterSlice(params.count_layout)
         wiring.connect(m, inverse_slice.o, wiring.flipped(self.inverse))
         wiring.connect(m, slot_slice.o, wiring.flipped(self.slots))
         wiring.connect(m, count_slice.o, wiring.flipped(self.count))
@@ -158,6 +174,11 @@ class ActiveSlots(wiring.Component):
         return m
 
 
+def synthesis_parameters(**overrides) -> ActiveSlotsParams:
+    """The parameters of the synthesis report: batches of up to 256 requests."""
+    return ActiveSlotsParams(**{"max_batch_size": 256, **overrides})
+
+
 def synthesis_configuration(**overrides) -> ActiveSlots:
-    """The compaction for the synthesis report: batches of up to 256 requests."""
-    return ActiveSlots(**{"max_batch_size": 256, **overrides})
+    """The compaction at ``synthesis_parameters(**overrides)``."""
+    return ActiveSlots(**asdict(synthesis_parameters(**overrides)))

@@ -1,36 +1,27 @@
 """Streaming hidden-state gather of K1 (docs/kernels.md §2 step 4): where the bytes move.
 
-``output_hidden_states[b,k,:] = input_hidden_states[b, parent, :]`` is a row copy. The score
-and sort pipeline (``hw.kernels.score``) only emits the parent index; this unit turns a stream
-of source row numbers into word reads on a memory read port and streams the returned words
-out, ``lanes`` elements per clock.
+``output_hidden_states[b,k,:] = input_hidden_states[b, parent, :]`` is a row copy.
+``HiddenStateGather`` turns a stream of source row numbers into word reads on a memory read
+port and streams the returned words out, ``lanes`` elements per clock; ``GatherParams`` holds
+its validated build parameters and port layouts.
 """
 
-from amaranth.hdl import Module, Signal
+from dataclasses import dataclass
+from functools import cached_property
+
+from amaranth.hdl import Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.lib.params import check_int, check_power_of_two
 from hw.lib.stream import RegisterSlice, packet_layout
 
-__all__ = ["HiddenStateGather"]
+__all__ = ["GatherParams", "HiddenStateGather"]
 
 
-class HiddenStateGather(wiring.Component):
-    """Copies one hidden-state row per ``rows`` item from a memory read port to ``o``.
-
-    Memory model: ``input_hidden_states`` ([B, W, H], row ``r = b*W + w``) is stored as words
-    of ``lanes`` elements, every row starting on a word: row ``r`` occupies the word addresses
-    ``r*R .. r*R + R-1`` with ``R = ceil(H / lanes)`` (lane ``l`` of word ``i`` is element
-    ``i*lanes + l``; the lanes of the last word past ``H`` are padding). Addresses are relative
-    to the buffer: the memory adapter adds its base.
-
-    For every row number taken from ``rows`` the unit issues the ``R`` word addresses on
-    ``read_address``, one per clock, and forwards the words of ``read_data`` (answered in
-    request order, after any latency, with back-pressure both ways) to ``o``; ``o.first`` and
-    ``o.last`` mark the first and last word of each row. There is no bubble between rows, so
-    with a memory that answers one word per clock a row takes ``R`` clocks and a K1 request
-    (``K`` rows) ``K * ceil(H / lanes)`` clocks. ``hidden_size = 0`` consumes rows and emits
-    nothing.
+@dataclass(frozen=True)
+class GatherParams:
+    """Validated build parameters of :class:`HiddenStateGather` and its port layouts.
 
     Parameters
     ----------
@@ -42,6 +33,66 @@ class HiddenStateGather(wiring.Component):
         Largest supported ``H``.
     address_width : int
         Bits of row numbers and word addresses.
+    """
+
+    element_width: int = 32
+    lanes: int = 8
+    max_hidden_size: int = 8192
+    address_width: int = 32
+
+    def __post_init__(self):
+        check_int("element_width", self.element_width, 1)
+        check_power_of_two("lanes", self.lanes, 1, None)
+        check_int("max_hidden_size", self.max_hidden_size, 1)
+        check_int("address_width", self.address_width, 1)
+
+    def words_per_row(self, hidden_size: int) -> int:
+        """``R = ceil(H / lanes)``: memory words (and output beats) per row."""
+        return -(-hidden_size // self.lanes)
+
+    @cached_property
+    def word_layout(self) -> data.ArrayLayout:
+        """A memory word: ``lanes`` elements, lane ``l`` of word ``i`` is element
+        ``i*lanes + l``."""
+        return data.ArrayLayout(self.element_width, self.lanes)
+
+    @cached_property
+    def output_layout(self) -> data.StructLayout:
+        """``o``: ``{data: word_layout, first, last}`` (a row is a packet)."""
+        return packet_layout({"data": self.word_layout})
+
+    @cached_property
+    def address_layout(self) -> data.StructLayout:
+        """The payload of ``rows`` and ``read_address`` (a bare ``address_width``-bit
+        unsigned integer on the ports) as a one-field layout, for packing and width checks."""
+        return data.StructLayout({"address": unsigned(self.address_width)})
+
+    @property
+    def ports(self) -> dict:
+        """Port name -> payload layout (stream ports)."""
+        return {"rows": self.address_layout, "read_address": self.address_layout,
+                "read_data": self.word_layout, "o": self.output_layout}
+
+
+class HiddenStateGather(wiring.Component):
+    """Copies one hidden-state row per ``rows`` item from a memory read port to ``o``.
+
+    Memory model: ``input_hidden_states`` ([B, W, H], row ``r = b*W + w``) is stored as words
+    of ``lanes`` elements, every row starting on a word: row ``r`` occupies the word addresses
+    ``r*R .. r*R + R-1`` with ``R = ceil(H / lanes)`` (the lanes of the last word past ``H``
+    are padding). Addresses are relative to the buffer: the memory adapter adds its base.
+
+    For every row number taken from ``rows`` the unit issues the ``R`` word addresses on
+    ``read_address``, one per clock, and forwards the words of ``read_data`` (answered in
+    request order, after any latency, with back-pressure both ways) to ``o``; ``o.first`` and
+    ``o.last`` mark the first and last word of each row. No bubble between rows: with a memory
+    answering one word per clock a row takes ``R`` clocks. ``hidden_size = 0`` consumes rows
+    and emits nothing.
+
+    Parameters
+    ----------
+    element_width, lanes, max_hidden_size, address_width
+        See :class:`GatherParams`.
 
     Members
     -------
@@ -51,72 +102,47 @@ class HiddenStateGather(wiring.Component):
         Source row numbers ``b*W + parent``, one per selected child.
     read_address : Out(stream.Signature(address_width))
         Word addresses of the read port.
-    read_data : In(stream.Signature(ArrayLayout(element_width, lanes)))
+    read_data : In(stream.Signature(params.word_layout))
         Words, in address order.
-    o : Out(stream.Signature(packet_layout({"data": ArrayLayout(element_width, lanes)})))
+    o : Out(stream.Signature(params.output_layout))
         The copied rows, ``R`` beats each; ``first``/``last`` delimit a row.
     """
 
     def __init__(self, *, element_width: int = 32, lanes: int = 8, max_hidden_size: int = 8192,
                  address_width: int = 32, src_loc_at: int = 0):
-        for name, value in (("element_width", element_width), ("lanes", lanes),
-                            ("max_hidden_size", max_hidden_size),
-                            ("address_width", address_width)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer, not {value!r}")
-        if lanes & (lanes - 1):
-            raise ValueError(f"`lanes` must be a power of two, not {lanes}")
-        self._element_width = element_width
-        self._lanes = lanes
-        self._max_hidden_size = max_hidden_size
-        self._address_width = address_width
-        self._word_layout = data.ArrayLayout(element_width, lanes)
-        self._output_layout = packet_layout({"data": self._word_layout})
+        self._params = params = GatherParams(
+            element_width=element_width, lanes=lanes, max_hidden_size=max_hidden_size,
+            address_width=address_width)
         super().__init__({
             "hidden_size": In(range(max_hidden_size + 1)),
             "rows": In(stream.Signature(address_width)),
             "read_address": Out(stream.Signature(address_width)),
-            "read_data": In(stream.Signature(self._word_layout)),
-            "o": Out(stream.Signature(self._output_layout)),
+            "read_data": In(stream.Signature(params.word_layout)),
+            "o": Out(stream.Signature(params.output_layout)),
         }, src_loc_at=src_loc_at)
 
-    @property
-    def element_width(self):
-        return self._element_width
-
-    @property
-    def lanes(self):
-        return self._lanes
-
-    @property
-    def max_hidden_size(self):
-        return self._max_hidden_size
-
-    @property
-    def address_width(self):
-        return self._address_width
-
-    @property
-    def word_layout(self):
-        return self._word_layout
-
-    @property
-    def output_layout(self):
-        return self._output_layout
+    params = property(lambda self: self._params)
+    element_width = property(lambda self: self._params.element_width)
+    lanes = property(lambda self: self._params.lanes)
+    max_hidden_size = property(lambda self: self._params.max_hidden_size)
+    address_width = property(lambda self: self._params.address_width)
+    word_layout = property(lambda self: self._params.word_layout)
+    output_layout = property(lambda self: self._params.output_layout)
 
     def words_per_row(self, hidden_size: int) -> int:
         """``R = ceil(H / lanes)``: memory words (and output beats) per row."""
-        return -(-hidden_size // self._lanes)
+        return self._params.words_per_row(hidden_size)
 
     def elaborate(self, platform):
         m = Module()
-        shift = self._lanes.bit_length() - 1
-        words = Signal(range(self.words_per_row(self._max_hidden_size) + 1))
-        m.d.comb += words.eq((self.hidden_size + self._lanes - 1) >> shift)
+        params = self._params
+        shift = params.lanes.bit_length() - 1
+        words = Signal(range(params.words_per_row(params.max_hidden_size) + 1))
+        m.d.comb += words.eq((self.hidden_size + params.lanes - 1) >> shift)
 
         # Address side: one word address per clock, the next row loads on the last word.
         busy = Signal()
-        row_base = Signal(self._address_width)
+        row_base = Signal(params.address_width)
         word = Signal.like(words)
         last_word = word == words - 1
         m.d.comb += [
@@ -137,7 +163,7 @@ class HiddenStateGather(wiring.Component):
                 m.d.sync += word.eq(word + 1)
 
         # Data side: words pass in order; a counter marks the row boundaries.
-        m.submodules.output_slice = out = RegisterSlice(self._output_layout)
+        m.submodules.output_slice = out = RegisterSlice(params.output_layout)
         wiring.connect(m, out.o, wiring.flipped(self.o))
         out_word = Signal.like(words)
         out_last = out_word == words - 1

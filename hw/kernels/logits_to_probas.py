@@ -10,58 +10,24 @@ probabilities on ``probs``, one packet of ``ceil(V / lanes)`` beats (``first``/`
 the row; lanes past ``V`` are ``+0.0``); a *greedy* row (``T < 1e-6``, ``T = 0`` included)
 yields no ``probs`` beats: its probability row is the one-hot of its argmax, which the host
 (or the next kernel) reconstructs from ``predict``. Requests are processed one after the
-other, rows one after the other.
+other, rows one after the other, each in three passes over an on-chip row buffer (ingest,
+exp, output): a sampling row takes about ``3 * ceil(V / lanes) + 324`` clocks, a greedy
+row ``ceil(V / lanes) + 1``. ``top_k`` is not implemented. Inputs outside the golden's contract
+(``V = 0``, ``V > max_vocab_size``, NaN or ``+inf`` logits, ``T`` outside ``[0, 1e6]``) are
+undefined behaviour.
 
-Phases of a row
----------------
-
-1. **Ingest** (one beat per clock): the beat is converted to float32 (``bfloat16`` input:
-   ``bits << 16``, exact), written to the on-chip row buffer (``ceil(max_vocab_size /
-   lanes)`` words of ``lanes`` float32: URAM-sized at 131072 elements) and folded into the
-   running maximum ``m`` and its first index (float32 order keys, a strict ``>``, lanes in
-   index order). The logits are read from the input stream exactly once.
-2. **Predict**: one ``predict`` beat. Greedy rows end here.
-3. **Exp** (one word per clock, fully pipelined, 127 clocks deep): per lane the
-   golden's exact float32 operation sequence (``TwoSum(l, -m)``, ``TwoProd(d_hi, C_hi)`` with
-   Veltkamp's 4097 splitter, ``FastTwoSum``, the 64-entry ``2^(j/64)`` ROM, the cubic, and
-   ``(s * 2^max(n, -100)) * 2^(n - max(n, -100))``), built with
-   ``hw.lib.float32_dataflow.Float32Dataflow``: one ``Float32Add`` / ``Float32Multiply`` per
-   golden operation, delay lines balanced automatically. ``e_j`` overwrites ``l_j`` in the
-   buffer and ``floor(e_j * 2^64)`` is added to an exact integer accumulator of
-   ``ceil(log2(max_vocab_size)) + 65`` bits. An all ``-inf`` row gets ``e = 1`` everywhere
-   (the golden's rule).
-4. **Row constant** (sequenced, ``hw.lib.float32_dataflow.Float32Sequencer``: one shared
-   adder and multiplier): ``S_hi``/``S_lo`` (the accumulator rounded to nearest even, then
-   the remainder), the golden's ``recip`` (128-entry seed ROM, two Newton steps, float-float
-   correction) and ``inv = R_hi + R_lo``.
-5. **Output** (one word per clock, back-pressured): ``p_j = e_j * inv``.
-
-Per request, for sampling requests only, the same sequencer computes ``recip(T)``,
-``(C_hi, C_lo)`` = ``log2(e) / T`` as the golden's ``_scale_c`` and the Veltkamp split of
-``C_hi`` (the constant operand of every element's ``TwoProd``).
-
-The row is held in the buffer between the passes, so a sampling row takes about
-``3 * ceil(V / lanes)`` clocks plus the exp pipeline's depth and the row program (324 clocks);
-a greedy row ``ceil(V / lanes)`` plus a few. ``top_k`` is not implemented in hardware
-(docs/decisions.md, "K5 hardware").
-
-Operations per sampling element (the budget's ``operations``): the exp pipeline's float32
-adds and multiplies (26 + 16, :meth:`LogitsToProbas.exp_figures`) plus the output multiply.
-
-Measured under Verilator (1 lane, no idle or back-pressure; the cycle-budget run of
-``sim.logits_to_probas.measure``, ``make sim`` prints the same at V = 8192): a V = 128256
-sampling row takes 385,092 clocks from its first ``logits`` beat to its last ``probs`` beat
-(``3 * 128256 + 324``), 257,170 clocks from ``cmd`` to the first ``probs`` beat; rows of a
-request follow without a gap, a new sampling request adds 334 clocks.
+The phases of a row, the operation sequences and the measured figures: docs/logits_to_probas.md;
+the design decisions: docs/decisions.md, "K5 hardware".
 """
 
 import math
+from dataclasses import asdict, dataclass
+from functools import cache
 
 import numpy as np
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, stream
 from amaranth.lib.memory import Memory
-from amaranth.lib.wiring import In, Out
 
 from golden.logits_to_probas import (
     _ROUND_MAGIC,
@@ -78,18 +44,18 @@ from golden.logits_to_probas import (
     SUM_FRAC_BITS,
     T_CUTOFF,
 )
+from hw.lib.component import KernelComponent
 from hw.lib.float32 import Float32Multiply, float32_fields, float32_order_key
 from hw.lib.float32_dataflow import Float32Dataflow, Float32Sequencer
+from hw.lib.params import check_choice, check_int, check_power_of_two, index_bits
 from hw.lib.pipeline import count_leading_zeros, stage
 from hw.lib.stream import packet_layout, stalling_handshake
 
-__all__ = ["LogitsToProbas", "synthesis_configuration", "INPUT_FORMATS", "DEFAULTS",
+__all__ = ["LogitsToProbasParams", "LogitsToProbas", "synthesis_parameters",
+           "synthesis_configuration", "exp_figures", "INPUT_FORMATS", "DEFAULTS",
            "float32_bits"]
 
 INPUT_FORMATS = ("float32", "bfloat16")
-#: Constructor defaults (``synthesis_configuration`` uses them too).
-DEFAULTS = {"max_vocab_size": 131072, "lanes": 1, "input_format": "float32",
-            "row_count_width": 16}
 
 
 def float32_bits(x) -> int:
@@ -108,14 +74,6 @@ _CUTOFF = float32_bits(T_CUTOFF)
 _GREEDY = float32_bits(GREEDY_TEMPERATURE)
 EXP_C1_BITS, EXP_C2_BITS, EXP_C3_BITS = (float32_bits(c) for c in (EXP_C1, EXP_C2, EXP_C3))
 LOG2E_HI_BITS, LOG2E_LO_BITS = float32_bits(LOG2E_HI), float32_bits(LOG2E_LO)
-
-
-def _check_int(name, value, lo, hi):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"`{name}` must be an integer, not {value!r}")
-    if not lo <= value <= hi:
-        raise ValueError(f"`{name}` must be between {lo} and {hi}, not {value}")
-    return value
 
 
 # --- float32 operation sequences, literally the golden's ------------------------------------
@@ -250,8 +208,10 @@ def _uint_to_float32(value: Value, lz: Value, *, frac_bits: int):
     return Cat(bits, Const(0, 1)), rounded[:width + 1]
 
 
-class LogitsToProbas(wiring.Component):
-    """K5: row softmax with temperature and row argmax, bit-exact with the golden.
+@dataclass(frozen=True)
+class LogitsToProbasParams:
+    """Validated build parameters of :class:`LogitsToProbas` and the port layouts they give
+    (testbenches and the host read layouts here without building the component).
 
     Parameters
     ----------
@@ -264,6 +224,87 @@ class LogitsToProbas(wiring.Component):
         ``"float32"`` or ``"bfloat16"`` (``logits`` lanes of 16 bits, converted exactly).
     row_count_width : int
         Width of the request's row count ``num_rows`` (1 to 32).
+    """
+
+    max_vocab_size: int = 131072
+    lanes: int = 1
+    input_format: str = "float32"
+    row_count_width: int = 16
+
+    def __post_init__(self):
+        check_int("max_vocab_size", self.max_vocab_size, 1, 1 << 24)
+        check_power_of_two("lanes", self.lanes, 1, 16)
+        check_choice("input_format", self.input_format, INPUT_FORMATS)
+        check_int("row_count_width", self.row_count_width, 1, 32)
+
+    @property
+    def max_words(self) -> int:
+        """Words of the row buffer, ``ceil(max_vocab_size / lanes)``."""
+        return -(-self.max_vocab_size // self.lanes)
+
+    @property
+    def token_width(self) -> int:
+        return index_bits(self.max_vocab_size)
+
+    @property
+    def accumulator_width(self) -> int:
+        """Bits of the exact sum of ``floor(e * 2^64)`` over a row."""
+        return max(1, math.ceil(math.log2(self.max_vocab_size))) + 65
+
+    @property
+    def element_width(self) -> int:
+        """Bits of one ``logits`` lane."""
+        return 16 if self.input_format == "bfloat16" else 32
+
+    @property
+    def cmd_layout(self) -> data.StructLayout:
+        return data.StructLayout({
+            "temperature": 32,
+            "vocab_size": unsigned(self.max_vocab_size.bit_length()),
+            "num_rows": unsigned(self.row_count_width),
+        })
+
+    @property
+    def logits_layout(self) -> data.StructLayout:
+        return packet_layout({"data": data.ArrayLayout(self.element_width, self.lanes)})
+
+    @property
+    def probs_layout(self) -> data.StructLayout:
+        return packet_layout({"data": data.ArrayLayout(32, self.lanes)})
+
+    @property
+    def predict_layout(self) -> data.StructLayout:
+        return packet_layout({"token": unsigned(self.token_width)})
+
+    @property
+    def ports(self) -> dict:
+        """Port name -> payload layout."""
+        return {"cmd": self.cmd_layout, "logits": self.logits_layout,
+                "probs": self.probs_layout, "predict": self.predict_layout}
+
+
+#: The default parameters (``synthesis_parameters()`` and ``make sim``'s build).
+DEFAULTS = asdict(LogitsToProbasParams())
+
+
+@cache
+def exp_figures() -> dict:
+    """``latency`` (clocks of the exp pipeline), ``adds`` and ``multiplies`` per element,
+    from a throw-away elaboration of one lane (the same for every parameter set)."""
+    df = Float32Dataflow(None, Const(1), name="probe")
+    s = Signal(32)
+    e = _exp_element(df, df.input(s), df.static(s), df.static(s), df.static(s),
+                     df.static(s), df.static(s), df.static(Signal()), df.input(Signal()))
+    return {"latency": e.time, "adds": df.adds, "multiplies": df.multiplies}
+
+
+class LogitsToProbas(KernelComponent):
+    """K5: row softmax with temperature and row argmax, bit-exact with the golden.
+
+    Parameters
+    ----------
+    max_vocab_size, lanes, input_format, row_count_width
+        See :class:`LogitsToProbasParams` (validated there; ``params`` holds the record).
 
     Members
     -------
@@ -282,78 +323,26 @@ class LogitsToProbas(wiring.Component):
         row); ``first``/``last`` mark the request's first and last rows.
     """
 
-    def __init__(self, *, max_vocab_size=DEFAULTS["max_vocab_size"], lanes=DEFAULTS["lanes"],
-                 input_format=DEFAULTS["input_format"],
-                 row_count_width=DEFAULTS["row_count_width"], src_loc_at: int = 0):
-        _check_int("max_vocab_size", max_vocab_size, 1, 1 << 24)
-        _check_int("lanes", lanes, 1, 16)
-        if lanes & (lanes - 1):
-            raise ValueError(f"`lanes` must be a power of two, not {lanes}")
-        if input_format not in INPUT_FORMATS:
-            raise ValueError(f"`input_format` must be one of 'float32', 'bfloat16', not "
-                             f"{input_format!r}")
-        _check_int("row_count_width", row_count_width, 1, 32)
-        self._max_vocab_size = max_vocab_size
-        self._lanes = lanes
-        self._input_format = input_format
-        self._row_count_width = row_count_width
-        self._max_words = -(-max_vocab_size // lanes)
-        self._token_width = max(1, (max_vocab_size - 1).bit_length())
-        self._accumulator_width = max(1, math.ceil(math.log2(max_vocab_size))) + 65
-        self._cmd_layout = data.StructLayout({
-            "temperature": 32,
-            "vocab_size": unsigned(max_vocab_size.bit_length()),
-            "num_rows": unsigned(row_count_width),
-        })
-        element = 16 if input_format == "bfloat16" else 32
-        self._logits_layout = packet_layout({"data": data.ArrayLayout(element, lanes)})
-        self._probs_layout = packet_layout({"data": data.ArrayLayout(32, lanes)})
-        self._predict_layout = packet_layout({"token": unsigned(self._token_width)})
-        super().__init__({
-            "cmd": In(stream.Signature(self._cmd_layout)),
-            "logits": In(stream.Signature(self._logits_layout)),
-            "probs": Out(stream.Signature(self._probs_layout)),
-            "predict": Out(stream.Signature(self._predict_layout)),
-        }, src_loc_at=src_loc_at)
-        # Filled in by elaborate (also available before: see `exp_latency`).
-        self._exp_figures = None
-
-    max_vocab_size = property(lambda self: self._max_vocab_size)
-    lanes = property(lambda self: self._lanes)
-    input_format = property(lambda self: self._input_format)
-    row_count_width = property(lambda self: self._row_count_width)
-    max_words = property(lambda self: self._max_words)
-    token_width = property(lambda self: self._token_width)
-    accumulator_width = property(lambda self: self._accumulator_width)
-    cmd_layout = property(lambda self: self._cmd_layout)
-    logits_layout = property(lambda self: self._logits_layout)
-    probs_layout = property(lambda self: self._probs_layout)
-    predict_layout = property(lambda self: self._predict_layout)
+    Params = LogitsToProbasParams
+    OUTPUTS = ("probs", "predict")
 
     def exp_figures(self) -> dict:
-        """``latency`` (clocks of the exp pipeline), ``adds`` and ``multiplies`` per element,
-        from a throw-away elaboration of one lane."""
-        if self._exp_figures is None:
-            df = Float32Dataflow(None, Const(1), name="probe")
-            s = Signal(32)
-            e = _exp_element(df, df.input(s), df.static(s), df.static(s), df.static(s),
-                             df.static(s), df.static(s), df.static(Signal()),
-                             df.input(Signal()))
-            self._exp_figures = {"latency": e.time, "adds": df.adds,
-                                 "multiplies": df.multiplies}
-        return self._exp_figures
+        """:func:`exp_figures`."""
+        return exp_figures()
 
     def elaborate(self, platform):
         m = Module()
-        lanes, shift = self._lanes, self._lanes.bit_length() - 1
-        words_max = self._max_words
-        token_width = self._token_width
+        params = self._params
+        lanes, shift = params.lanes, params.lanes.bit_length() - 1
+        words_max = params.max_words
+        token_width = params.token_width
+        cmd_layout = params.cmd_layout
 
         # --- request and row state ------------------------------------------------------
         temperature = Signal(32)
-        vocab = Signal(self._cmd_layout["vocab_size"].shape)
-        rows = Signal(self._row_count_width)
-        row = Signal(self._row_count_width)
+        vocab = Signal(cmd_layout["vocab_size"].shape)
+        rows = Signal(params.row_count_width)
+        row = Signal(params.row_count_width)
         words = Signal(range(words_max + 1))
         greedy = Signal()
         m_bits = Signal(32)
@@ -381,7 +370,7 @@ class LogitsToProbas(wiring.Component):
         seq.sub("C_lo", p_err, t)
         _seq_split(seq, "C", "C_hi")  # C_shi, C_slo
 
-        acc_width = self._accumulator_width
+        acc_width = params.accumulator_width
         accumulator = Signal(acc_width)
         lz = Signal(range(acc_width + 1))
         top = Signal(acc_width + 1)
@@ -441,7 +430,7 @@ class LogitsToProbas(wiring.Component):
         # Ingest: store, running max and argmax.
         m.d.comb += self.logits.ready.eq(state == INGEST)
         beat = self.logits.payload.data
-        if self._input_format == "bfloat16":
+        if params.input_format == "bfloat16":
             elements = [Cat(Const(0, 16), beat[i]) for i in range(lanes)]
         else:
             elements = [beat[i] for i in range(lanes)]
@@ -549,7 +538,14 @@ class LogitsToProbas(wiring.Component):
         return m
 
 
+def synthesis_parameters(**overrides) -> LogitsToProbasParams:
+    """The parameters of the synthesis report: ``DEFAULTS``, i.e. vocabularies up to 131072
+    (Llama 3's 128256), 1 lane, float32 input (``lanes``/``input_format`` overrides widen
+    it)."""
+    return LogitsToProbasParams(**{**DEFAULTS, **overrides})
+
+
 def synthesis_configuration(**overrides) -> LogitsToProbas:
-    """K5 for the synthesis report: ``DEFAULTS``, i.e. vocabularies up to 131072 (Llama 3's
-    128256), 1 lane, float32 input (``lanes``/``input_format`` overrides widen it)."""
-    return LogitsToProbas(**{**DEFAULTS, **overrides}, src_loc_at=1)  # located at the caller
+    """K5 at ``synthesis_parameters(**overrides)``."""
+    return LogitsToProbas(**asdict(synthesis_parameters(**overrides)),
+                          src_loc_at=1)  # located at the caller

@@ -10,39 +10,12 @@ one row per clock when a row fits in a word), in any of the three layouts. Bit-e
 One call is one ``cmd`` beat (``batch_size``, ``cumu_count``, ``verify_num``,
 ``tree_mask_mode``), then per request ``b`` (ascending): ``cumu_count`` beats on ``nodes`` and
 one beat on ``seq_lens``; the kernel answers with ``n`` beats on ``tree`` and the ``n`` mask
-rows on ``mask``, ``n = min(clamp(verify_num, 1, MAXV), cumu_count)``.
-
-Datapath (two stages working on different requests, so a request costs ``cumu_count + 1``
-clocks once the pipeline is full, as long as the build stage, about ``2n + 6`` clocks plus
-one per mask word beyond the first of a row, is not longer):
-
-* **Ingest + select** (stage 1, one node per clock). Node ``j``'s token and parent are
-  written to a double-banked node memory. Non-root nodes enter a sorted *insertion array* of
-  ``n - 1`` slots (``MAXV - 1`` built) holding ``(key, id)`` in the verify-set order, score
-  descending then id ascending; ``key = float32_order_key(score)`` (IEEE order, ``+0.0 ==
-  -0.0``). Every slot compares its key with the newcomer's (``>=``: ids arrive ascending, so
-  on a tie the resident, lower id wins) and keeps its entry, takes the newcomer or takes its
-  upper neighbour's entry; the entry pushed out of slot ``n - 2`` leaves the set. A
-  ``MAXN``-bit membership bitmap follows the insertions and evictions, so after the last node
-  it holds exactly the root plus the top ``n - 1`` (``golden.select_verify_nodes``): a node
-  is in iff fewer than ``n - 1`` nodes beat it. ``MAXV - 1`` comparators, one element per
-  clock, no sorting network.
-* **Build** (stage 2, one position per clock, three-stage pipeline with a clock enable). The
-  lowest set bit of the bitmap is the next position's node (ascending node id = position
-  order, position 0 = the root); ``pos_of[node] = i`` is recorded; the node's parent is read
-  from the node memory, its position from ``pos_of``; then ``depth[i] = depth[parent] + 1``
-  and the ancestor row ``row[i] = row[parent] | (1 << i)`` (a node's row is its parent's row
-  plus its own bit: the §6 mask row), read back from a row memory written the clock before.
-  The child lists are built in ascending position: the first child of ``p`` sets
-  ``first_child[p]``, a later one links ``next_sibling[last_child[p]]``. A parent that is not
-  a selected lower id (a tree the golden refuses) sets ``invalid`` on the record.
-* **Mask rows.** Each row goes to a serializer that writes it as words of ``mask_lanes``
-  bits (see ``mask`` below); the build pipeline stalls while the serializer is busy, so a row
-  per clock while rows fit in one word, ``ceil((seq_len + n) / mask_lanes)`` clocks per row
-  in the FULL layout.
-* **Tree records.** After the last position, the ``n`` records are read out in position
-  order: ``retrive_index = b*n + i``, first child / next sibling (-1 when none),
-  ``position = seq_len + depth`` and the node's token.
+rows on ``mask``, ``n = min(clamp(verify_num, 1, MAXV), cumu_count)``. Two stages (ingest +
+select, build + emit) work on different requests: a request costs ``cumu_count + 1`` clocks
+once the pipeline is full, as long as the build (about ``2n + 6`` clocks plus one per mask
+word beyond the first of a row) is not longer. The datapath (sorted insertion array of
+``MAXV - 1`` slots, membership bitmap, ancestor-row build) is described in docs/decisions.md
+("K4 verify-tree build").
 
 Mask stream format (``mask``): every row starts a new word; bit ``k`` of word ``w`` of a row
 is column ``w * mask_lanes + k`` of the layout's row; bits past the row end are 0; ``row_last``
@@ -57,16 +30,19 @@ So modes 1 and 2 have the same bits on the wire (one bit per column); a bool lay
 writer expands a bit to a byte, a packed one stores ``ceil(n/8)`` bytes of each row.
 """
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
-from amaranth.lib.wiring import In, Out
+from dataclasses import asdict, dataclass
 
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
+
+from hw.lib.component import KernelComponent
 from hw.lib.float32 import float32_order_key
+from hw.lib.params import check_int, check_power_of_two, index_bits
 from hw.lib.stream import RegisterSlice, packet_layout
 
-__all__ = ["TreeMask", "TreeMaskMode", "MAX_MASK_LANES", "lowest_set_bit",
-           "synthesis_configuration"]
+__all__ = ["TreeMaskParams", "TreeMask", "TreeMaskMode", "MAX_MASK_LANES", "lowest_set_bit",
+           "synthesis_parameters", "synthesis_configuration"]
 
 MAX_MASK_LANES = 1024
 
@@ -77,23 +53,6 @@ class TreeMaskMode:
     FULL_MASK = 0
     QLEN_ONLY = 1
     QLEN_ONLY_BITPACKING = 2
-
-
-def _check_int(name, value, lo, hi=None, *, hi_name=None):
-    """Return ``value`` if it is an int in ``[lo, hi]``, else raise ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"`{name}` must be an integer, not {value!r}")
-    hi_text = hi_name if hi_name is not None else str(hi)
-    if hi is None and value < lo:
-        raise ValueError(f"`{name}` must be at least {lo}, not {value}")
-    if hi is not None and not lo <= value <= hi:
-        raise ValueError(f"`{name}` must be between {lo} and {hi_text}, not {value}")
-    return value
-
-
-def _bits(count):
-    """Unsigned width holding ``0 .. count - 1`` (at least 1 bit)."""
-    return max(1, (count - 1).bit_length())
 
 
 def lowest_set_bit(value: Value) -> tuple[Value, Value]:
@@ -107,13 +66,14 @@ def lowest_set_bit(value: Value) -> tuple[Value, Value]:
     low, high = value[:low_width], value[low_width:]
     low_index, low_any = lowest_set_bit(low)
     high_index, high_any = lowest_set_bit(high)
-    bits = _bits(width)
-    index = Mux(low_any, low_index, low_width + high_index)[:bits]
+    index = Mux(low_any, low_index, low_width + high_index)[:index_bits(width)]
     return index, low_any | high_any
 
 
-class TreeMask(wiring.Component):
-    """K4 verify-tree build: verify-set selection, retrive arrays, positions and tree mask.
+@dataclass(frozen=True)
+class TreeMaskParams:
+    """Validated build parameters of :class:`TreeMask` and the port layouts they give
+    (testbenches and the host read layouts here without building the component).
 
     Parameters
     ----------
@@ -132,6 +92,92 @@ class TreeMask(wiring.Component):
     max_batch_size : int
         Sets the width of ``batch_size`` (``max_batch_size.bit_length()`` bits) and of
         ``retrive_index`` (``b*n + i`` for ``b < max_batch_size``).
+    """
+
+    max_node_count: int = 256
+    max_verify_num: int = 64
+    mask_lanes: int = 64
+    token_width: int = 32
+    seq_len_width: int = 32
+    max_batch_size: int = 256
+
+    def __post_init__(self):
+        check_int("max_node_count", self.max_node_count, 1)
+        check_int("max_verify_num", self.max_verify_num, 1, self.max_node_count,
+                  hi_name="`max_node_count`")
+        check_power_of_two("mask_lanes", self.mask_lanes, 8, MAX_MASK_LANES)
+        check_int("token_width", self.token_width, 2, 64)
+        check_int("seq_len_width", self.seq_len_width, 1, 62)
+        check_int("max_batch_size", self.max_batch_size, 1)
+
+    @property
+    def node_bits(self) -> int:
+        """Width of a node id (``0 .. MAXN - 1``)."""
+        return index_bits(self.max_node_count)
+
+    @property
+    def position_bits(self) -> int:
+        """Width of a position in the verify set (``0 .. MAXV - 1``)."""
+        return index_bits(self.max_verify_num)
+
+    @property
+    def batch_bits(self) -> int:
+        """Width of ``batch_size`` (``0 .. max_batch_size``)."""
+        return self.max_batch_size.bit_length()
+
+    @property
+    def retrive_index_bits(self) -> int:
+        """Width of ``retrive_index`` (``b*n + i < max_batch_size * MAXV``)."""
+        return index_bits(self.max_batch_size * self.max_verify_num)
+
+    @property
+    def cmd_layout(self) -> data.StructLayout:
+        return data.StructLayout({
+            "batch_size": unsigned(self.batch_bits),
+            "cumu_count": unsigned(self.max_node_count.bit_length()),
+            "verify_num": signed(32),
+            "tree_mask_mode": unsigned(2),
+        })
+
+    @property
+    def node_layout(self) -> data.StructLayout:
+        return packet_layout({"token": signed(self.token_width), "score": unsigned(32),
+                              "prev": unsigned(self.node_bits)})
+
+    @property
+    def seq_layout(self) -> data.StructLayout:
+        return data.StructLayout({"seq_len": unsigned(self.seq_len_width)})
+
+    @property
+    def tree_layout(self) -> data.StructLayout:
+        link = signed(self.position_bits + 1)
+        return packet_layout({
+            "retrive_index": unsigned(self.retrive_index_bits),
+            "next_token": link,
+            "next_sibling": link,
+            "position": unsigned(self.seq_len_width + 1),
+            "draft_token": signed(self.token_width),
+            "invalid": 1,
+        })
+
+    @property
+    def mask_layout(self) -> data.StructLayout:
+        return packet_layout({"bits": unsigned(self.mask_lanes), "row_last": 1})
+
+    @property
+    def ports(self) -> dict:
+        """Port name -> payload layout."""
+        return {"cmd": self.cmd_layout, "nodes": self.node_layout, "seq_lens": self.seq_layout,
+                "tree": self.tree_layout, "mask": self.mask_layout}
+
+
+class TreeMask(KernelComponent):
+    """K4 verify-tree build: verify-set selection, retrive arrays, positions and tree mask.
+
+    Parameters
+    ----------
+    max_node_count, max_verify_num, mask_lanes, token_width, seq_len_width, max_batch_size
+        See :class:`TreeMaskParams` (``params``; read-only properties of the same names).
 
     Members
     -------
@@ -158,85 +204,21 @@ class TreeMask(wiring.Component):
         module docstring): ``bits``, ``row_last``, ``first``, ``last``.
     """
 
-    def __init__(self, *, max_node_count=256, max_verify_num=64, mask_lanes=64,
-                 token_width=32, seq_len_width=32, max_batch_size=256):
-        self._max_node_count = _check_int("max_node_count", max_node_count, 1)
-        self._max_verify_num = _check_int("max_verify_num", max_verify_num, 1,
-                                          self._max_node_count, hi_name="`max_node_count`")
-        _check_int("mask_lanes", mask_lanes, 8, MAX_MASK_LANES)
-        if mask_lanes & (mask_lanes - 1):
-            raise ValueError(f"`mask_lanes` must be a power of two, not {mask_lanes}")
-        self._mask_lanes = mask_lanes
-        self._token_width = _check_int("token_width", token_width, 2, 64)
-        self._seq_len_width = _check_int("seq_len_width", seq_len_width, 1, 62)
-        self._max_batch_size = _check_int("max_batch_size", max_batch_size, 1)
-        super().__init__({
-            "cmd": In(stream.Signature(self.cmd_layout)),
-            "nodes": In(stream.Signature(self.node_layout)),
-            "seq_lens": In(stream.Signature(self.seq_layout)),
-            "tree": Out(stream.Signature(self.tree_layout)),
-            "mask": Out(stream.Signature(self.mask_layout)),
-        })
-
-    max_node_count = property(lambda self: self._max_node_count)
-    max_verify_num = property(lambda self: self._max_verify_num)
-    mask_lanes = property(lambda self: self._mask_lanes)
-    token_width = property(lambda self: self._token_width)
-    seq_len_width = property(lambda self: self._seq_len_width)
-    max_batch_size = property(lambda self: self._max_batch_size)
-
-    @property
-    def node_bits(self):
-        return _bits(self._max_node_count)
-
-    @property
-    def position_bits(self):
-        return _bits(self._max_verify_num)
-
-    @property
-    def cmd_layout(self) -> data.StructLayout:
-        return data.StructLayout({
-            "batch_size": unsigned(self._max_batch_size.bit_length()),
-            "cumu_count": unsigned(self._max_node_count.bit_length()),
-            "verify_num": signed(32),
-            "tree_mask_mode": unsigned(2),
-        })
-
-    @property
-    def node_layout(self) -> data.StructLayout:
-        return packet_layout({"token": signed(self._token_width), "score": unsigned(32),
-                              "prev": unsigned(self.node_bits)})
-
-    @property
-    def seq_layout(self) -> data.StructLayout:
-        return data.StructLayout({"seq_len": unsigned(self._seq_len_width)})
-
-    @property
-    def tree_layout(self) -> data.StructLayout:
-        link = signed(self.position_bits + 1)
-        return packet_layout({
-            "retrive_index": unsigned(_bits(self._max_batch_size * self._max_verify_num)),
-            "next_token": link,
-            "next_sibling": link,
-            "position": unsigned(self._seq_len_width + 1),
-            "draft_token": signed(self._token_width),
-            "invalid": 1,
-        })
-
-    @property
-    def mask_layout(self) -> data.StructLayout:
-        return packet_layout({"bits": unsigned(self._mask_lanes), "row_last": 1})
+    Params = TreeMaskParams
+    OUTPUTS = ("tree", "mask")
 
     def elaborate(self, platform):
         m = Module()
-        maxn, maxv, lanes = self._max_node_count, self._max_verify_num, self._mask_lanes
-        node_bits, pos_bits = self.node_bits, self.position_bits
+        params = self._params
+        maxn, maxv, lanes = params.max_node_count, params.max_verify_num, params.mask_lanes
+        node_bits, pos_bits = params.node_bits, params.position_bits
+        token_width, seq_len_width = params.token_width, params.seq_len_width
         slots = maxv - 1
-        batch_bits = self._max_batch_size.bit_length()
-        index_bits = _bits(self._max_batch_size * maxv)
+        batch_bits = params.batch_bits
+        retrive_bits = params.retrive_index_bits
 
         # --- memories ---------------------------------------------------------------------
-        node_shape = data.StructLayout({"token": signed(self._token_width),
+        node_shape = data.StructLayout({"token": signed(token_width),
                                         "prev": unsigned(node_bits)})
         m.submodules.node_mem = node_mem = Memory(shape=node_shape, depth=2 << node_bits, init=[])
         node_write = node_mem.write_port()
@@ -248,7 +230,7 @@ class TreeMask(wiring.Component):
         m.submodules.row_mem = row_mem = Memory(shape=row_shape, depth=maxv, init=[])
         row_write = row_mem.write_port()
         row_read = row_mem.read_port(domain="comb")
-        rec_shape = data.StructLayout({"token": signed(self._token_width),
+        rec_shape = data.StructLayout({"token": signed(token_width),
                                        "depth": unsigned(pos_bits), "invalid": 1})
         m.submodules.rec_mem = rec_mem = Memory(shape=rec_shape, depth=maxv, init=[])
         rec_write = rec_mem.write_port()
@@ -279,7 +261,7 @@ class TreeMask(wiring.Component):
         # --- stage 1: ingest + select -----------------------------------------------------
         s1_node = Signal(range(maxn + 1))  # node id of the next beat
         s1_request = Signal(batch_bits)
-        s1_base = Signal(index_bits)  # b * n
+        s1_base = Signal(retrive_bits)  # b * n
         bank = Signal()  # node-memory bank written by stage 1
         member = Signal(maxn, init=1)  # verify-set bitmap of the request being ingested
         slot_valid = [Signal(name=f"slot{s}_valid") for s in range(slots)]
@@ -373,8 +355,8 @@ class TreeMask(wiring.Component):
         s2_bank = Signal()
         s2_n = Signal(range(maxv + 1))
         s2_mode = Signal(2)
-        s2_base = Signal(index_bits)
-        s2_seq = Signal(self._seq_len_width)
+        s2_base = Signal(retrive_bits)
+        s2_seq = Signal(seq_len_width)
         has_child = Signal(maxv)
         has_sibling = Signal(maxv)
         build_en = Signal()
@@ -409,7 +391,7 @@ class TreeMask(wiring.Component):
         c2_valid = Signal()
         c2_position = Signal(range(maxv))
         c2_parent = Signal(pos_bits)
-        c2_token = Signal(signed(self._token_width))
+        c2_token = Signal(signed(token_width))
         c2_invalid = Signal()
         with m.If(build_en):
             m.d.sync += [c2_valid.eq(c1_valid), c2_position.eq(c1_position),
@@ -453,9 +435,9 @@ class TreeMask(wiring.Component):
                 m.d.sync += has_child.eq(has_child | (Const(1, maxv) << c2_parent))
 
         # Mask-row serializer: a row in, its words out; the build pipeline waits for it.
-        m.submodules.mask_slice = mask_slice = RegisterSlice(self.mask_layout)
+        m.submodules.mask_slice = mask_slice = RegisterSlice(params.mask_layout)
         wiring.connect(m, mask_slice.o, wiring.flipped(self.mask))
-        offset_shape = signed(max(self._seq_len_width, (maxv + lanes).bit_length()) + 2)
+        offset_shape = signed(max(seq_len_width, (maxv + lanes).bit_length()) + 2)
         ser_busy = Signal()
         ser_row = Signal(maxv)
         ser_offset = Signal(offset_shape)  # row column of the word's bit 0, minus the prefix
@@ -493,7 +475,7 @@ class TreeMask(wiring.Component):
                          ser_last_row.eq(c2_position == s2_n - 1)]
 
         # Tree records, in position order once the build is done.
-        m.submodules.tree_slice = tree_slice = RegisterSlice(self.tree_layout)
+        m.submodules.tree_slice = tree_slice = RegisterSlice(params.tree_layout)
         wiring.connect(m, tree_slice.o, wiring.flipped(self.tree))
         emitting = Signal()
         emit_position = Signal(range(maxv + 1))
@@ -544,10 +526,15 @@ class TreeMask(wiring.Component):
         return m
 
 
-def synthesis_configuration(**overrides) -> TreeMask:
-    """K4 for the synthesis report: verify sets of up to 64 nodes out of 256
+def synthesis_parameters(**overrides) -> TreeMaskParams:
+    """The parameters of the synthesis report: verify sets of up to 64 nodes out of 256
     (``max_verify_num=64``, ``max_node_count=256``), 64-column mask words (one row per clock
     in the QLEN layouts), 32-bit tokens and sequence lengths, batches of up to 256."""
-    parameters = {"max_node_count": 256, "max_verify_num": 64, "mask_lanes": 64,
-                  "token_width": 32, "seq_len_width": 32, "max_batch_size": 256}
-    return TreeMask(**{**parameters, **overrides})
+    return TreeMaskParams(**{"max_node_count": 256, "max_verify_num": 64, "mask_lanes": 64,
+                             "token_width": 32, "seq_len_width": 32, "max_batch_size": 256,
+                             **overrides})
+
+
+def synthesis_configuration(**overrides) -> TreeMask:
+    """K4 at ``synthesis_parameters(**overrides)``."""
+    return TreeMask(**asdict(synthesis_parameters(**overrides)))

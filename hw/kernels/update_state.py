@@ -1,69 +1,14 @@
 """K2 ``update_cumu_draft_state`` (docs/kernels.md §3) as a streaming hardware kernel.
 
 The cumulative draft tree of every request slot lives on chip, in memories addressed by
-``{slot, index}``; one request (one depth of one draft round) arrives as a packet of ``N = W*K``
-beats, is applied in place exactly as §3 says, and is acknowledged on ``done``. A host port
-loads and dumps every state buffer element by element, so that tests (and a host driver) can
-compare whole ABI buffers, sentinels included, with the golden model.
-
-Storage (per slot ``s``; every integer buffer is stored as a two's-complement signed value and
-returned sign-extended, so any loaded value that fits the storage width round-trips exactly —
-the -777 / -3 / -2 / -1 sentinels of the CUDA capture included):
-
-====================  ===========================  ============================================
-buffer                memory (depth)               word
-====================  ===========================  ============================================
-cumu_tokens,          ``node`` (B*MAXN)            ``{tok: signed(token_width), score: 32,
-cumu_scores,                                       delta, prev, side: signed(index_width)}``
-cumu_deltas,
-prev_indexs,
-side_indexs
-next_indexs           ``next`` (B*MAXN)            ``signed(index_width)`` (written by appends
-                                                   *and* by the first-child links)
-output_scores         ``out_score`` (B*K)          float32 bits
-output_tokens         ``out_token`` (B*K)          ``signed(token_width)``
-output_tree_mask      ``out_mask`` (B*K)           one row of ``MI+1`` bits (bit ``j`` = column
-                                                   ``j``)
-work_scores           ``work`` (B*(MAXV+K))        float32 bits
-sort_scores           ``sort`` (B*MAXV)            float32 bits
-====================  ===========================  ============================================
-
-Request schedule (one request at a time). The header beat is latched without being consumed
-(IDLE), the derived values (``v = clamp(verify_num, 1, MAXV)``, ``ws0``, ``ws1``, the number of
-appends that fit, slot base addresses, the mask-column thermometer code) are registered in one
-SETUP clock, then every engine below runs concurrently (RUN) until all are done, and ``done`` is
-offered (DONE):
-
-* **Receive / append**, one beat per clock, no internal back-pressure: beat ``t`` stores
-  ``sorted_scores[t]`` and ``topk_tokens[t]`` in per-request buffers, writes
-  ``output_scores[t]`` (``t < K``), ``next_indexs[g] = -1`` (``g = cumu_count + t < MAXN``),
-  and sends ``topk_probas[t]`` through ``Float32Multiply`` (times ``0.9999f``, ``0x3F7FF972``);
-  4 clocks later the node word ``{topk_tokens[t], product, curr_depth, topk_indexs[t div K],
-  side}`` is written at ``g`` (``side = -1`` if ``t mod K == K-1`` else ``g + 1``). Appends at
-  ``g >= MAXN`` are dropped and counted.
-* **First-child links**, after the last beat (they must follow the appends' ``next = -1``
-  writes: §3 step 4 after step 3, which matters when a parent lies in the appended range):
-  ``W`` clocks, ``next_indexs[p] = cumu_count + w*K`` in ascending ``w`` for ``0 <= p < MAXN``
-  (duplicate parents: the last write wins, as docs/decisions.md says).
-* **Copy**: ``work_scores[0..ws0-1] = sort_scores[0..ws0-1]``, then
-  ``work_scores[ws0+i] = output_scores[i]`` for ``i < K`` as the beats arrive, one per clock.
-* **Merge**: a streaming two-pointer merge, one output per clock, of ``A`` (read back from
-  ``work_scores``: the copy made before ``sort_scores`` is overwritten is the separate buffer
-  that makes the in-place merge correct) and ``C`` (the ``sorted_scores`` buffer, consumed as
-  the beats arrive), taking ``A`` when ``A >= C`` (IEEE-754 via ``float32_less`` and
-  ``float32_equal``: ``+0.0 == -0.0``, a NaN on either side takes ``C``, like numpy), writing
-  ``sort_scores[0..ws1-1]``. Output ``o < ws0`` waits until the copy has read
-  ``sort_scores[o]`` (it always has: the copy starts first and never stalls).
-* **Output tokens**: ``output_tokens[i] = topk_tokens[sorted_indexs[i]]``, one lookup per clock,
-  out of order (lowest ready ``i`` first) as soon as ``sorted_indexs[i]`` and the token it
-  names have arrived.
-* **Mask rows**, in order ``i = 0..K-1`` once ``parent_indexs[i]`` and that parent's row have
-  arrived: ``output_tree_mask[i, j] = input_tree_mask[parent_indexs[i], j]`` for
-  ``j < input_count-1``, a read-modify-write that keeps columns ``>= input_count-1``.
-
-Cycles per request without idle input and with ``done`` accepted at once, first beat offered to
-``done`` accepted (measured; ``N = W*K``): ``4..5 + max(N + W, N + 3, ws0 + K + 1, ws1 + 3)``;
-77 back to back at ``K = 8, W = 8, verify_num = 64`` (``N + W = 72`` dominates).
+``{slot, index}`` (all eleven in/out buffers of §3; integer buffers stored as two's-complement
+``token_width``/``index_width`` values and returned sign-extended, float buffers as their 32
+bits). One request (one depth of one draft round) arrives as a packet of ``N = W*K`` beats, is
+applied in place exactly as §3 says (bit-exact with ``golden.update_cumu_draft_state``, CUDA
+partial update on node-budget overflow), and is acknowledged on ``done``. A host port loads
+and dumps every state buffer element by element. Storage, engine schedule, write order and
+cycle figures: docs/decisions.md, "K2 hardware". A request takes
+``4..5 + max(N + W, N + 3, ws0 + K + 1, ws1 + 3)`` cycles without idle or back-pressure.
 
 Host port protocol: every command on ``host_cmd`` is answered by exactly one ``host_rsp`` in
 order (a write's answer is all zeros; so is a read outside the buffer or of a slot
@@ -81,20 +26,21 @@ refuses them); the hardware then copies unspecified data but never hangs.
 """
 
 import enum
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cached_property
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, stream
 from amaranth.lib.memory import Memory
-from amaranth.lib.wiring import In, Out
 
+from hw.lib.component import KernelComponent
 from hw.lib.float32 import Float32Multiply, float32_equal, float32_less
+from hw.lib.params import ParameterError, check_int, index_bits
 from hw.lib.pipeline import stage
 from hw.lib.stream import packet_layout, stalling_handshake
 
 __all__ = ["CUMU_SCORE_SCALE_BITS", "Region", "UpdateStateParams", "UpdateCumuDraftState",
-           "synthesis_configuration"]
+           "synthesis_parameters", "synthesis_configuration"]
 
 # 0.9999f: every appended score is topk_probas * this constant, one float32 multiply.
 CUMU_SCORE_SCALE_BITS = 0x3F7F_F972
@@ -118,23 +64,6 @@ class Region(enum.IntEnum):
     SORT = 3
 
 
-def _check_int(name, value, lo, hi=None, *, hi_name=None, lo_name=None):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"`{name}` must be an integer, not {value!r}")
-    lo_text = lo_name if lo_name is not None else str(lo)
-    hi_text = hi_name if hi_name is not None else str(hi)
-    if hi is None and value < lo:
-        raise ValueError(f"`{name}` must be at least {lo_text}, not {value}")
-    if hi is not None and not lo <= value <= hi:
-        raise ValueError(f"`{name}` must be between {lo_text} and {hi_text}, not {value}")
-    return value
-
-
-def _bits(count):
-    """Unsigned width holding ``0 .. count - 1`` (at least 1 bit)."""
-    return max(1, (count - 1).bit_length())
-
-
 @dataclass(frozen=True)
 class UpdateStateParams:
     """Validated compile-time parameters of :class:`UpdateCumuDraftState` and derived layouts.
@@ -154,19 +83,19 @@ class UpdateStateParams:
     index_width: int = 32
 
     def __post_init__(self):
-        k = _check_int("node_top_k", self.node_top_k, 1, MAX_NODE_TOP_K)
-        w = _check_int("max_tree_width", self.max_tree_width, 1, k, hi_name="`node_top_k`")
+        k = check_int("node_top_k", self.node_top_k, 1, MAX_NODE_TOP_K)
+        w = check_int("max_tree_width", self.max_tree_width, 1, k, hi_name="`node_top_k`")
         if k * w > MAX_CANDIDATES:
-            raise ValueError(f"`node_top_k` * `max_tree_width` must be at most {MAX_CANDIDATES}, "
-                             f"not {k * w}")
-        maxn = _check_int("max_node_count", self.max_node_count, 1)
-        _check_int("max_verify_num", self.max_verify_num, 1)
-        _check_int("max_input_size", self.max_input_size, 0)
-        _check_int("max_batch", self.max_batch, 1)
-        _check_int("token_width", self.token_width, 2, 64)
+            raise ParameterError("max_tree_width", f"`node_top_k` * `max_tree_width` must be at "
+                                                   f"most {MAX_CANDIDATES}, not {k * w}")
+        maxn = check_int("max_node_count", self.max_node_count, 1)
+        check_int("max_verify_num", self.max_verify_num, 1)
+        check_int("max_input_size", self.max_input_size, 0)
+        check_int("max_batch", self.max_batch, 1)
+        check_int("token_width", self.token_width, 2, 64)
         # Links reach start + N - 1 <= MAXN + N - 1 in a normal round; keep room for the sign.
         min_index = (maxn + k * w).bit_length() + 1
-        _check_int("index_width", self.index_width, min_index, 64,
+        check_int("index_width", self.index_width, min_index, 64,
                    lo_name=f"{min_index} (to hold `max_node_count` + N and a sign)")
 
     # --- derived sizes ------------------------------------------------------------------------
@@ -219,7 +148,7 @@ class UpdateStateParams:
         """One beat ``t`` of a request packet (header fields are read on the ``first`` beat)."""
         return packet_layout({
             # header
-            "slot": unsigned(_bits(self.max_batch)),
+            "slot": unsigned(index_bits(self.max_batch)),
             "tree_width": unsigned(self.max_tree_width.bit_length()),
             "input_count": unsigned((self.max_input_size + 1).bit_length()),
             "cumu_count": unsigned(self.index_width - 1),
@@ -229,9 +158,9 @@ class UpdateStateParams:
             "proba": unsigned(32),
             "token": signed(self.token_width),
             "sorted_score": unsigned(32),
-            "sorted_index": unsigned(_bits(self.max_candidates)),
+            "sorted_index": unsigned(index_bits(self.max_candidates)),
             # t < K
-            "parent_index": unsigned(_bits(self.max_tree_width)),
+            "parent_index": unsigned(index_bits(self.max_tree_width)),
             # t < W
             "topk_index": signed(self.index_width),
             "mask": unsigned(self.input_mask_width),
@@ -241,7 +170,7 @@ class UpdateStateParams:
     def done_layout(self):
         """The acknowledgement of one request."""
         return data.StructLayout({
-            "slot": unsigned(_bits(self.max_batch)),
+            "slot": unsigned(index_bits(self.max_batch)),
             "dropped": unsigned(self.max_candidates.bit_length()),
             "framing_error": 1,
             "refused": 1,
@@ -254,8 +183,8 @@ class UpdateStateParams:
         return data.StructLayout({
             "write": 1,
             "region": unsigned(2),
-            "slot": unsigned(_bits(self.max_batch)),
-            "index": unsigned(_bits(index_count)),
+            "slot": unsigned(index_bits(self.max_batch)),
+            "index": unsigned(index_bits(index_count)),
             **self._data_fields(),
         })
 
@@ -263,6 +192,12 @@ class UpdateStateParams:
     def host_response_layout(self):
         """The answer to one host command (the element read; zeros for a write)."""
         return data.StructLayout(self._data_fields())
+
+    @property
+    def ports(self) -> dict:
+        """Port name -> payload layout."""
+        return {"req": self.request_layout, "done": self.done_layout,
+                "host_cmd": self.host_command_layout, "host_rsp": self.host_response_layout}
 
 
 def _select(m, index, values, *, name):
@@ -275,7 +210,7 @@ def _select(m, index, values, *, name):
     return out
 
 
-class UpdateCumuDraftState(wiring.Component):
+class UpdateCumuDraftState(KernelComponent):
     """K2 ``update_cumu_draft_state`` with the cumulative tree state held on chip.
 
     Parameters
@@ -321,31 +256,8 @@ class UpdateCumuDraftState(wiring.Component):
         One answer per command, in order.
     """
 
-    def __init__(self, *, node_top_k=8, max_tree_width=8, max_node_count=1024,
-                 max_verify_num=64, max_input_size=64, max_batch=2, token_width=32,
-                 index_width=32):
-        self._params = UpdateStateParams(
-            node_top_k=node_top_k, max_tree_width=max_tree_width,
-            max_node_count=max_node_count, max_verify_num=max_verify_num,
-            max_input_size=max_input_size, max_batch=max_batch, token_width=token_width,
-            index_width=index_width)
-        p = self._params
-        super().__init__({
-            "req": In(stream.Signature(p.request_layout)),
-            "done": Out(stream.Signature(p.done_layout)),
-            "host_cmd": In(stream.Signature(p.host_command_layout)),
-            "host_rsp": Out(stream.Signature(p.host_response_layout)),
-        })
-
-    params = property(lambda self: self._params)
-    node_top_k = property(lambda self: self._params.node_top_k)
-    max_tree_width = property(lambda self: self._params.max_tree_width)
-    max_node_count = property(lambda self: self._params.max_node_count)
-    max_verify_num = property(lambda self: self._params.max_verify_num)
-    max_input_size = property(lambda self: self._params.max_input_size)
-    max_batch = property(lambda self: self._params.max_batch)
-    token_width = property(lambda self: self._params.token_width)
-    index_width = property(lambda self: self._params.index_width)
+    Params = UpdateStateParams
+    OUTPUTS = ("done", "host_rsp")
 
     def elaborate(self, platform):
         p = self._params
@@ -743,11 +655,15 @@ class UpdateCumuDraftState(wiring.Component):
         return m
 
 
+def synthesis_parameters(**overrides) -> UpdateStateParams:
+    """The parameters of the synthesis report: the serving point of the benchmark contract
+    (``K = 8``, ``W <= 8``), ``MAXN = 1024`` nodes, ``MAXV = 64``, ``MI = 64``, 8 request slots
+    (the contract's largest batch), 32-bit tokens and 16-bit links/depths."""
+    return UpdateStateParams(**{"node_top_k": 8, "max_tree_width": 8, "max_node_count": 1024,
+                                "max_verify_num": 64, "max_input_size": 64, "max_batch": 8,
+                                "token_width": 32, "index_width": 16, **overrides})
+
+
 def synthesis_configuration(**overrides) -> UpdateCumuDraftState:
-    """K2 for the synthesis report: the serving point of the benchmark contract (``K = 8``,
-    ``W <= 8``), ``MAXN = 1024`` nodes, ``MAXV = 64``, ``MI = 64``, 8 request slots (the
-    contract's largest batch), 32-bit tokens and 16-bit links/depths."""
-    parameters = {"node_top_k": 8, "max_tree_width": 8, "max_node_count": 1024,
-                  "max_verify_num": 64, "max_input_size": 64, "max_batch": 8,
-                  "token_width": 32, "index_width": 16}
-    return UpdateCumuDraftState(**{**parameters, **overrides})
+    """K2 at ``synthesis_parameters(**overrides)``."""
+    return UpdateCumuDraftState(**asdict(synthesis_parameters(**overrides)))

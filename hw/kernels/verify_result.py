@@ -34,30 +34,18 @@ Inputs outside the golden's contract (accepted ids that are not the request's ow
 ``seq_len >= max_seq_len``) give unspecified results but never stall the kernel.
 """
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
-from amaranth.lib.wiring import In, Out
+from dataclasses import asdict, dataclass
 
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
+
+from hw.lib.component import KernelComponent
+from hw.lib.params import check_int, index_bits
 from hw.lib.stream import RegisterSlice, packet_layout
 
-__all__ = ["VerifyResult", "request_finishes", "synthesis_configuration"]
-
-
-def _check_int(name, value, lo, hi=None):
-    """Return ``value`` if it is an int in ``[lo, hi]``, else raise ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"`{name}` must be an integer, not {value!r}")
-    if hi is None and value < lo:
-        raise ValueError(f"`{name}` must be at least {lo}, not {value}")
-    if hi is not None and not lo <= value <= hi:
-        raise ValueError(f"`{name}` must be between {lo} and {hi}, not {value}")
-    return value
-
-
-def _bits(count):
-    """Unsigned width holding ``0 .. count - 1`` (at least 1 bit)."""
-    return max(1, (count - 1).bit_length())
+__all__ = ["VerifyResultParams", "VerifyResult", "request_finishes", "synthesis_parameters",
+           "synthesis_configuration"]
 
 
 def request_finishes(token, eos_token_id, length, max_seq_len):
@@ -67,7 +55,90 @@ def request_finishes(token, eos_token_id, length, max_seq_len):
     return ((eos_token_id >= 0) & (token == eos_token_id)) | (length >= max_seq_len)
 
 
-class VerifyResult(wiring.Component):
+@dataclass(frozen=True)
+class VerifyResultParams:
+    """Validated build parameters of :class:`VerifyResult` (see there) and the port layouts
+    they give (testbenches and the host read layouts here without building the component)."""
+
+    max_draft_tokens: int = 64
+    max_speculative_tokens: int = 16
+    max_batch_size: int = 256
+    token_width: int = 32
+    loc_width: int = 32
+    seq_len_width: int = 32
+    pool_index_width: int = 16
+
+    def __post_init__(self):
+        check_int("max_draft_tokens", self.max_draft_tokens, 1, 1024)
+        check_int("max_speculative_tokens", self.max_speculative_tokens, 1, 64)
+        check_int("max_batch_size", self.max_batch_size, 1)
+        check_int("token_width", self.token_width, 2, 64)
+        check_int("loc_width", self.loc_width, 1, 64)
+        check_int("seq_len_width", self.seq_len_width, 1, 63)
+        check_int("pool_index_width", self.pool_index_width, 1, 63)
+
+    @property
+    def flat_bits(self):
+        """Width of a flat node id ``b*n + i``."""
+        return index_bits(self.max_batch_size * self.max_draft_tokens)
+
+    @property
+    def cmd_layout(self) -> data.StructLayout:
+        return data.StructLayout({
+            "batch_size": unsigned(self.max_batch_size.bit_length()),
+            "num_draft_tokens": unsigned(self.max_draft_tokens.bit_length()),
+            "num_speculative_tokens": unsigned(self.max_speculative_tokens.bit_length()),
+            "eos_token_id": signed(self.token_width),
+        })
+
+    @property
+    def node_layout(self) -> data.StructLayout:
+        return packet_layout({"predict": signed(self.token_width),
+                              "cache_loc": unsigned(self.loc_width)})
+
+    @property
+    def request_layout(self) -> data.StructLayout:
+        s = self.max_speculative_tokens
+        return data.StructLayout({
+            "accept_token_num": unsigned(index_bits(s)),
+            "accept_index": data.ArrayLayout(unsigned(self.flat_bits), s),
+            "req_pool_index": unsigned(self.pool_index_width),
+            "seq_len": unsigned(self.seq_len_width),
+            "max_seq_len": unsigned(self.seq_len_width),
+        })
+
+    @property
+    def commit_layout(self) -> data.StructLayout:
+        return packet_layout({
+            "verified_index": unsigned(index_bits(self.max_batch_size
+                                                  * self.max_speculative_tokens)),
+            "verified_id": signed(self.token_width),
+            "req_row": unsigned(self.pool_index_width),
+            "req_column": unsigned(self.seq_len_width),
+            "kv_loc": unsigned(self.loc_width),
+        })
+
+    @property
+    def result_layout(self) -> data.StructLayout:
+        return data.StructLayout({
+            "accept_length": unsigned(self.max_speculative_tokens.bit_length()),
+            "next_root": signed(self.token_width),
+            "finished": 1,
+            "seq_len": unsigned(self.seq_len_width),
+            "verified_offset": unsigned(index_bits(self.max_batch_size
+                                                   * self.max_speculative_tokens)),
+            "evict": unsigned(self.max_draft_tokens),
+        })
+
+    @property
+    def ports(self) -> dict:
+        """Port name -> payload layout."""
+        return {"cmd": self.cmd_layout, "nodes": self.node_layout,
+                "request": self.request_layout, "commit": self.commit_layout,
+                "result": self.result_layout}
+
+
+class VerifyResult(KernelComponent):
     """K7 ``update_verify_result``: accept lengths, verified ids, KV writes and evictions,
     next roots and finished flags.
 
@@ -115,95 +186,20 @@ class VerifyResult(wiring.Component):
         ``evict_mask[b*n + i]``, bits ``>= n`` zero).
     """
 
-    def __init__(self, *, max_draft_tokens=64, max_speculative_tokens=16, max_batch_size=256,
-                 token_width=32, loc_width=32, seq_len_width=32, pool_index_width=16):
-        self._max_draft_tokens = _check_int("max_draft_tokens", max_draft_tokens, 1, 1024)
-        self._max_speculative_tokens = _check_int("max_speculative_tokens",
-                                                  max_speculative_tokens, 1, 64)
-        self._max_batch_size = _check_int("max_batch_size", max_batch_size, 1)
-        self._token_width = _check_int("token_width", token_width, 2, 64)
-        self._loc_width = _check_int("loc_width", loc_width, 1, 64)
-        self._seq_len_width = _check_int("seq_len_width", seq_len_width, 1, 63)
-        self._pool_index_width = _check_int("pool_index_width", pool_index_width, 1, 63)
-        super().__init__({
-            "cmd": In(stream.Signature(self.cmd_layout)),
-            "nodes": In(stream.Signature(self.node_layout)),
-            "request": In(stream.Signature(self.request_layout)),
-            "commit": Out(stream.Signature(self.commit_layout)),
-            "result": Out(stream.Signature(self.result_layout)),
-        })
-
-    max_draft_tokens = property(lambda self: self._max_draft_tokens)
-    max_speculative_tokens = property(lambda self: self._max_speculative_tokens)
-    max_batch_size = property(lambda self: self._max_batch_size)
-    token_width = property(lambda self: self._token_width)
-    loc_width = property(lambda self: self._loc_width)
-    seq_len_width = property(lambda self: self._seq_len_width)
-    pool_index_width = property(lambda self: self._pool_index_width)
-
-    @property
-    def flat_bits(self):
-        """Width of a flat node id ``b*n + i``."""
-        return _bits(self._max_batch_size * self._max_draft_tokens)
-
-    @property
-    def cmd_layout(self) -> data.StructLayout:
-        return data.StructLayout({
-            "batch_size": unsigned(self._max_batch_size.bit_length()),
-            "num_draft_tokens": unsigned(self._max_draft_tokens.bit_length()),
-            "num_speculative_tokens": unsigned(self._max_speculative_tokens.bit_length()),
-            "eos_token_id": signed(self._token_width),
-        })
-
-    @property
-    def node_layout(self) -> data.StructLayout:
-        return packet_layout({"predict": signed(self._token_width),
-                              "cache_loc": unsigned(self._loc_width)})
-
-    @property
-    def request_layout(self) -> data.StructLayout:
-        s = self._max_speculative_tokens
-        return data.StructLayout({
-            "accept_token_num": unsigned(_bits(s)),
-            "accept_index": data.ArrayLayout(unsigned(self.flat_bits), s),
-            "req_pool_index": unsigned(self._pool_index_width),
-            "seq_len": unsigned(self._seq_len_width),
-            "max_seq_len": unsigned(self._seq_len_width),
-        })
-
-    @property
-    def commit_layout(self) -> data.StructLayout:
-        return packet_layout({
-            "verified_index": unsigned(_bits(self._max_batch_size
-                                             * self._max_speculative_tokens)),
-            "verified_id": signed(self._token_width),
-            "req_row": unsigned(self._pool_index_width),
-            "req_column": unsigned(self._seq_len_width),
-            "kv_loc": unsigned(self._loc_width),
-        })
-
-    @property
-    def result_layout(self) -> data.StructLayout:
-        return data.StructLayout({
-            "accept_length": unsigned(self._max_speculative_tokens.bit_length()),
-            "next_root": signed(self._token_width),
-            "finished": 1,
-            "seq_len": unsigned(self._seq_len_width),
-            "verified_offset": unsigned(_bits(self._max_batch_size
-                                              * self._max_speculative_tokens)),
-            "evict": unsigned(self._max_draft_tokens),
-        })
+    Params = VerifyResultParams
+    OUTPUTS = ("commit", "result")
 
     def elaborate(self, platform):
         m = Module()
-        maxd, maxs = self._max_draft_tokens, self._max_speculative_tokens
-        pos_bits = _bits(maxd)
-        batch_bits = self._max_batch_size.bit_length()
-        flat_bits = self.flat_bits
-        offset_bits = _bits(self._max_batch_size * maxs)
+        params = self._params
+        maxd, maxs = params.max_draft_tokens, params.max_speculative_tokens
+        pos_bits = index_bits(maxd)
+        batch_bits = params.max_batch_size.bit_length()
+        flat_bits = params.flat_bits
+        offset_bits = index_bits(params.max_batch_size * maxs)
 
-        node_shape = data.StructLayout({"predict": signed(self._token_width),
-                                        "cache_loc": unsigned(self._loc_width)})
+        node_shape = data.StructLayout({"predict": signed(params.token_width),
+                                        "cache_loc": unsigned(params.loc_width)})
         m.submodules.node_mem = node_mem = Memory(shape=node_shape, depth=2 << pos_bits,
                                                   init=[])
         node_write = node_mem.write_port()
@@ -215,7 +211,7 @@ class VerifyResult(wiring.Component):
                     Mux(command.num_draft_tokens > maxd, maxd, command.num_draft_tokens))
         call_batch = Signal(batch_bits)
         call_n = Signal(range(maxd + 1))
-        call_eos = Signal(signed(self._token_width))
+        call_eos = Signal(signed(params.token_width))
         s1_position = Signal(range(maxd + 1))
         s1_request = Signal(batch_bits)
         s1_base = Signal(flat_bits + 1)  # b * n
@@ -261,18 +257,18 @@ class VerifyResult(wiring.Component):
         # --- stage 2: walk ------------------------------------------------------------------
         s2_bank = Signal()
         s2_n = Signal(range(maxd + 1))
-        s2_eos = Signal(signed(self._token_width))
+        s2_eos = Signal(signed(params.token_width))
         s2_base = Signal(flat_bits + 1)
         offset = Signal(offset_bits + 1)  # exclusive prefix sum of accept lengths
         taken = Signal(range(maxs))  # accept_token_num
         accept_ids = [Signal(flat_bits, name=f"accept_index{j}") for j in range(maxs)]
-        pool = Signal(self._pool_index_width)
-        seq = Signal(self._seq_len_width)
-        max_seq = Signal(self._seq_len_width)
+        pool = Signal(params.pool_index_width)
+        seq = Signal(params.seq_len_width)
+        max_seq = Signal(params.seq_len_width)
         step = Signal(range(maxs + 1))
         accepted = Signal(maxd)
         length = Signal(range(maxs + 1))
-        root = Signal(signed(self._token_width))
+        root = Signal(signed(params.token_width))
         finished = Signal()
 
         position = (Array(accept_ids)[step] - s2_base)[:pos_bits]
@@ -282,9 +278,9 @@ class VerifyResult(wiring.Component):
         ends_here = request_finishes(token, s2_eos, column + 1, max_seq)
         last_token = ends_here | (step == taken)
 
-        m.submodules.commit_slice = commit_slice = RegisterSlice(self.commit_layout)
+        m.submodules.commit_slice = commit_slice = RegisterSlice(params.commit_layout)
         wiring.connect(m, commit_slice.o, wiring.flipped(self.commit))
-        m.submodules.result_slice = result_slice = RegisterSlice(self.result_layout)
+        m.submodules.result_slice = result_slice = RegisterSlice(params.result_layout)
         wiring.connect(m, result_slice.o, wiring.flipped(self.result))
         walking = Signal()
         reporting = Signal()
@@ -345,10 +341,15 @@ class VerifyResult(wiring.Component):
         return m
 
 
-def synthesis_configuration(**overrides) -> VerifyResult:
+def synthesis_parameters(**overrides) -> VerifyResultParams:
     """K7 for the synthesis report: verify trees of up to 64 nodes (``verify_num=64``), up
     to 16 accepted tokens, batches of up to 256, 32-bit tokens, KV slots and lengths."""
     parameters = {"max_draft_tokens": 64, "max_speculative_tokens": 16,
                   "max_batch_size": 256, "token_width": 32, "loc_width": 32,
                   "seq_len_width": 32, "pool_index_width": 16}
-    return VerifyResult(**{**parameters, **overrides})
+    return VerifyResultParams(**{**parameters, **overrides})
+
+
+def synthesis_configuration(**overrides) -> VerifyResult:
+    """K7 at ``synthesis_parameters(**overrides)``."""
+    return VerifyResult(**asdict(synthesis_parameters(**overrides)))

@@ -3,50 +3,34 @@
 One call of the kernel is one ``cmd`` beat (``batch_size``, ``cumu_count``, ``verify_num``,
 ``cost_per_node``), then the ``work_scores`` row prefix of each of the ``B`` requests on
 ``scores`` (``ws0`` values of ``A`` then the ``K`` values of ``C``, ``lanes`` floats per beat),
-then ``K + 1`` beats on ``deltas``: ``work_deltas[0..K]`` and the next width ``W'``.
+then ``K + 1`` beats on ``deltas``: ``work_deltas[0..K]`` and the next width ``W'``. The result
+is bit-exact with ``golden.calculate_work_deltas`` and ``golden.width_policy``: every ``+``/``-``
+is one ``Float32Add`` in the order of §5, the threshold ``float32(cost_per_node) *
+float32(B)`` one ``Float32Multiply``.
 
-Datapath, per request (every ``+``/``-`` is one ``Float32Add``, latency 5, in the order of
-§5, so the result is bit-exact with ``golden.calculate_work_deltas``):
-
-* **Capture.** The beats of a row go into a window of ``2K`` registers holding
-  ``A[ws0-K .. ws0-1]`` and ``C[0 .. K-1]``: the pointer ``a`` starts at ``ws0`` and falls at
-  most once per new node, so older ``A`` entries are never read. Row length ``ws0 + K`` and
-  window position come from ``cmd``; the ``first``/``last`` markers are not used.
-* **Walk.** The window moves to the walker, which does one step ``w`` per clock with a
-  ``float32_less`` compare (free / displacement / nothing, exactly the §5 conditions) and issues
-  the gain ``g`` to the *gain* adder as a subtraction: ``C - A[a-1]`` (displacement),
-  ``C - (+0)`` (free: exactly ``C``, signed zeros included) or ``(+0) - (+0)`` (``g = +0``).
-  The gains land in a buffer of ``G_BUFFERS`` gain vectors.
-* **Running sum** ``D = D + g``: a serial chain of ``K`` adds per request. The *chain* adder is
-  shared round-robin by five phase slots (one per pipeline stage): a request owns the slot
-  of the phase it starts in, and issues its step ``w + 1`` exactly when its step ``w`` leaves
-  the adder, so up to five requests' chains are interleaved at one add per clock.
-* **Accumulation** ``work_deltas[w] = work_deltas[w] + D[w]``: the *accumulate* adder takes each
-  ``D[w]`` as it leaves the chain adder. Requests start in ascending ``b`` at least 5 clocks
-  apart, so for every ``w`` the adds are issued in ascending ``b`` and each finds the previous
-  sum (a bypass forwards it the clock it leaves the adder). ``work_deltas[0]`` is ``+0``: the
-  sum of ``+0`` terms is ``+0`` in IEEE arithmetic, so no add is spent on it.
-* **Policy.** After the last request, the gain adder computes ``marginal(w) = wd[w] - wd[w-1]``
-  for ``w = 1..K`` and ``W'`` is the largest ``w`` with ``marginal(w) >= threshold``
-  (``float32_less``/``float32_equal``), 0 if none. The threshold
-  ``float32(cost_per_node) * float32(B)`` is one ``Float32Multiply`` of the ``cmd`` operands
-  (``B`` converted to float32 exactly, ``B < 2**24``).
-
-Throughput: a request takes ``max(ceil((ws0 + K) / lanes), K, 5)`` clocks plus occasional
-phase alignment (at most 4 clocks); calls are processed one after the other.
+Datapath (details and figures: docs/decisions.md, "K3 hardware"): a capture window of the
+``2K`` row entries the walk can read (``A[ws0-K .. ws0-1]`` and ``C``), a walker issuing one
+gain per clock to the *gain* adder, the running sums of up to five requests interleaved on the
+*chain* adder (one phase slot per pipeline stage), the per-``w`` accumulation on the
+*accumulate* adder in ascending ``b``, then the policy's marginals on the gain adder.
+Throughput: ``max(ceil((ws0 + K) / lanes), K, 5)`` clocks per request plus at most 4 clocks
+of phase alignment; calls are processed one after the other.
 """
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
-from amaranth.lib.wiring import In, Out
+from dataclasses import asdict, dataclass
 
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib import data
+from amaranth.lib.memory import Memory
+
+from hw.lib.component import KernelComponent
 from hw.lib.float32 import Float32Add, Float32Multiply, float32_equal, float32_less
+from hw.lib.params import check_int
 from hw.lib.pipeline import count_leading_zeros, stage
 from hw.lib.stream import packet_layout
 
-__all__ = ["WorkDeltas", "MAX_NODE_TOP_K", "MAX_LANES", "MAX_BATCH_SIZE", "G_BUFFERS",
-           "uint_to_float32", "synthesis_configuration"]
+__all__ = ["WorkDeltasParams", "WorkDeltas", "MAX_NODE_TOP_K", "MAX_LANES", "MAX_BATCH_SIZE",
+           "G_BUFFERS", "uint_to_float32", "synthesis_parameters", "synthesis_configuration"]
 
 MAX_NODE_TOP_K = 16
 MAX_LANES = 16
@@ -56,17 +40,6 @@ MAX_BATCH_SIZE = (1 << 24) - 1
 G_BUFFERS = 16
 # Chain-adder phase slots: one request per pipeline stage of the adder.
 PHASES = Float32Add.latency
-
-
-def _check_int(name, value, lo, hi=None):
-    """Return ``value`` if it is an int in ``[lo, hi]``, else raise ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"`{name}` must be an integer, not {value!r}")
-    if hi is None and value < lo:
-        raise ValueError(f"`{name}` must be at least {lo}, not {value}")
-    if hi is not None and not lo <= value <= hi:
-        raise ValueError(f"`{name}` must be between {lo} and {hi}, not {value}")
-    return value
 
 
 def uint_to_float32(value: Value) -> Value:
@@ -91,8 +64,10 @@ def _delay(m, value, cycles, *, name):
     return value
 
 
-class WorkDeltas(wiring.Component):
-    """K3 ``calculate_work_deltas`` plus the width policy, bit-exact with the golden.
+@dataclass(frozen=True)
+class WorkDeltasParams:
+    """Validated build parameters of :class:`WorkDeltas` and the port layouts they give
+    (testbenches read the layouts here without building the component).
 
     Parameters
     ----------
@@ -105,6 +80,54 @@ class WorkDeltas(wiring.Component):
     max_batch_size : int
         Sets the width of ``batch_size`` (``max_batch_size.bit_length()`` bits, every value of
         that width is accepted); at most ``2**24 - 1``.
+    """
+
+    node_top_k: int = 8
+    max_verify_num: int = 64
+    lanes: int = 8
+    max_batch_size: int = 256
+
+    def __post_init__(self):
+        check_int("node_top_k", self.node_top_k, 1, MAX_NODE_TOP_K)
+        check_int("max_verify_num", self.max_verify_num, 1)
+        check_int("lanes", self.lanes, 1, MAX_LANES)
+        check_int("max_batch_size", self.max_batch_size, 1, MAX_BATCH_SIZE)
+
+    @property
+    def batch_bits(self) -> int:
+        """Width of ``batch_size``."""
+        return self.max_batch_size.bit_length()
+
+    @property
+    def cmd_layout(self) -> data.StructLayout:
+        return data.StructLayout({
+            "batch_size": unsigned(self.batch_bits),
+            "cumu_count": unsigned(32),
+            "verify_num": signed(32),
+            "cost_per_node": unsigned(32),
+        })
+
+    @property
+    def scores_layout(self) -> data.StructLayout:
+        return packet_layout({"scores": data.ArrayLayout(unsigned(32), self.lanes)})
+
+    @property
+    def output_layout(self) -> data.StructLayout:
+        return packet_layout({"work_delta": unsigned(32),
+                              "next_width": range(self.node_top_k + 1)})
+
+    @property
+    def ports(self) -> dict:
+        """Port name -> payload layout."""
+        return {"cmd": self.cmd_layout, "scores": self.scores_layout,
+                "deltas": self.output_layout}
+
+
+class WorkDeltas(KernelComponent):
+    """K3 ``calculate_work_deltas`` plus the width policy, bit-exact with the golden.
+
+    Parameters: those of :class:`WorkDeltasParams` (``params``; each is also a read-only
+    property).
 
     Members
     -------
@@ -123,55 +146,14 @@ class WorkDeltas(wiring.Component):
         ``w = 0``, ``last`` on ``w = K``.
     """
 
-    def __init__(self, *, node_top_k=8, max_verify_num=64, lanes=8, max_batch_size=256):
-        self._node_top_k = _check_int("node_top_k", node_top_k, 1, MAX_NODE_TOP_K)
-        self._max_verify_num = _check_int("max_verify_num", max_verify_num, 1)
-        self._lanes = _check_int("lanes", lanes, 1, MAX_LANES)
-        self._max_batch_size = _check_int("max_batch_size", max_batch_size, 1, MAX_BATCH_SIZE)
-        super().__init__({
-            "cmd": In(stream.Signature(self.cmd_layout)),
-            "scores": In(stream.Signature(self.scores_layout)),
-            "deltas": Out(stream.Signature(self.output_layout)),
-        })
-
-    @property
-    def node_top_k(self):
-        return self._node_top_k
-
-    @property
-    def max_verify_num(self):
-        return self._max_verify_num
-
-    @property
-    def lanes(self):
-        return self._lanes
-
-    @property
-    def max_batch_size(self):
-        return self._max_batch_size
-
-    @property
-    def cmd_layout(self) -> data.StructLayout:
-        return data.StructLayout({
-            "batch_size": unsigned(self._max_batch_size.bit_length()),
-            "cumu_count": unsigned(32),
-            "verify_num": signed(32),
-            "cost_per_node": unsigned(32),
-        })
-
-    @property
-    def scores_layout(self) -> data.StructLayout:
-        return packet_layout({"scores": data.ArrayLayout(unsigned(32), self._lanes)})
-
-    @property
-    def output_layout(self) -> data.StructLayout:
-        return packet_layout({"work_delta": unsigned(32),
-                              "next_width": range(self._node_top_k + 1)})
+    Params = WorkDeltasParams
+    OUTPUTS = ("deltas",)
 
     def elaborate(self, platform):
         m = Module()
-        k, maxv, lanes = self._node_top_k, self._max_verify_num, self._lanes
-        batch_width = self._max_batch_size.bit_length()
+        p = self._params
+        k, maxv, lanes = p.node_top_k, p.max_verify_num, p.lanes
+        batch_width = p.batch_bits
         step_bits = max(1, (k - 1).bit_length())  # index of a step inside a gain vector
         gidx_bits = (G_BUFFERS - 1).bit_length()
 
@@ -402,8 +384,13 @@ class WorkDeltas(wiring.Component):
         return m
 
 
+def synthesis_parameters(**overrides) -> WorkDeltasParams:
+    """The parameters of the synthesis report: ``K = 8``, verify sets of up to 64 nodes,
+    256-bit score beats (8 lanes), batches of up to 256 requests (the simulation target's)."""
+    return WorkDeltasParams(**{"node_top_k": 8, "max_verify_num": 64, "lanes": 8,
+                               "max_batch_size": 256, **overrides})
+
+
 def synthesis_configuration(**overrides) -> WorkDeltas:
-    """K3 for the synthesis report: ``K = 8``, verify sets of up to 64 nodes, 256-bit score
-    beats (8 lanes), batches of up to 256 requests (the simulation target's parameters)."""
-    parameters = {"node_top_k": 8, "max_verify_num": 64, "lanes": 8, "max_batch_size": 256}
-    return WorkDeltas(**{**parameters, **overrides})
+    """K3 at ``synthesis_parameters(**overrides)``."""
+    return WorkDeltas(**asdict(synthesis_parameters(**overrides)))

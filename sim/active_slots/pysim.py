@@ -3,16 +3,11 @@
 import numpy as np
 
 from hw.kernels.active_slots import ActiveSlots
-from sim.tree_mask.pysim import run_streams
+from sim.amaranth_tb import records, run_streams
 
 from .vectors import check
 
 __all__ = ["run_on_amaranth"]
-
-
-def _records(items, layout):
-    return {name: np.array([int(getattr(item, name)) for item in items], dtype=np.int64)
-            for name, _ in layout}
 
 
 def run_on_amaranth(parameters: dict, calls, *, idle=0.0, backpressure=0.0, seed=0) -> None:
@@ -29,9 +24,10 @@ def run_on_amaranth(parameters: dict, calls, *, idle=0.0, backpressure=0.0, seed
         [(dut.inverse, total), (dut.slots, total), (dut.count, len(calls))], idle=idle,
         backpressure=backpressure, seed=seed,
         max_cycles=int(work / (1 - max(idle, backpressure)) ** 2) * 2 + 1000)
-    inv = _records(inverse, dut.inverse_layout)
-    slt = _records(slots, dut.slot_layout)
-    cnt = _records(counts, dut.count_layout)
+    params = dut.params
+    inv = records(inverse, params.inverse_layout, np.int64)
+    slt = records(slots, params.slot_layout, np.int64)
+    cnt = records(counts, params.count_layout, np.int64)
     k = 0
     for index, c in enumerate(calls):
         b = c.batch_size

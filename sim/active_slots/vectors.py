@@ -14,7 +14,7 @@ from golden.cases import read_case, write_case
 
 __all__ = ["Call", "OUTPUT_NAMES", "expected", "decode", "check", "random_call",
            "directed_calls", "perf_call", "k7_call", "call_from_case", "example_case",
-           "write_example_case", "EXAMPLE_CASE"]
+           "write_example_case", "write_case_file", "EXAMPLE_CASE"]
 
 I64 = np.int64
 SENTINEL = -777
@@ -156,7 +156,11 @@ def example_case() -> Call:
 
 
 def write_example_case(path=EXAMPLE_CASE) -> None:
-    call = example_case()
+    write_case_file(example_case(), path)
+
+
+def write_case_file(call: Call, path) -> None:
+    """Write ``call`` and its golden results as a case file (``call_from_case`` reads it)."""
     want = expected(call)
     write_case(path, {"finished": call.finished, "batch_size": call.batch_size,
                       **{f"expected_{name}": want[name] for name in OUTPUT_NAMES}},

@@ -2,14 +2,17 @@
 
 ``random_operands`` mixes random bit patterns, ordinary normals, subnormals, zeros, infinities,
 NaNs, operand pairs whose product or sum overflows or underflows, and pairs whose exact result
-lies exactly halfway between two float32 values (round-to-even ties). ``directed_operands``
-is every pair of a list of corner values. The reference is numpy float32 arithmetic.
+lies exactly halfway between two float32 values (round-to-even ties). ``divide_operands`` adds
+division-specific pairs to that mix: subnormal quotients with exact rounding ties, quotients
+near the overflow and underflow thresholds, and the K6 operating range (``prob_acc`` in
+``[0, 2]`` over ``max(threshold_acc, 1e-9)`` in ``[1e-9, 1]``). ``directed_operands`` is every
+pair of a list of corner values. The reference is numpy float32 arithmetic.
 """
 
 import numpy as np
 
-__all__ = ["CORNER_VALUES", "OPERATIONS", "random_operands", "directed_operands", "reference",
-           "mismatches"]
+__all__ = ["CORNER_VALUES", "OPERATIONS", "random_operands", "divide_operands", "operands",
+           "directed_operands", "reference", "mismatches"]
 
 # Bit patterns of corner values: zeros, subnormal extremes, normal extremes, ones and their
 # neighbours, infinities, NaNs (quiet, signalling, negative).
@@ -23,7 +26,7 @@ CORNER_VALUES = np.array([
     0x2000_0000, 0x1F80_0000, 0x5F80_0000, 0x6000_0000,
 ], dtype=np.uint32)
 
-OPERATIONS = ("mul", "add", "sub", "cmp")
+OPERATIONS = ("mul", "add", "sub", "cmp", "div")
 
 
 def _uniform_bits(rng, n):
@@ -111,6 +114,54 @@ def random_operands(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.nd
     return np.where(swap, b, a).astype(np.uint32), np.where(swap, a, b).astype(np.uint32)
 
 
+def _positive_scaled(integers, exponents):
+    """float32 patterns of ``integer * 2**exponent`` (exact for integers of <= 24 bits)."""
+    return (integers.astype(np.float64) * np.exp2(exponents.astype(np.float64))) \
+        .astype(np.float32).view(np.uint32)
+
+
+def divide_operands(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` operand pairs (uint32 bit patterns) for the divider (see the module): a quarter
+    ``random_operands``, a quarter each subnormal-quotient ties, overflow/underflow edges and
+    the K6 range, shuffled."""
+    quarter = n // 4
+    a_mix, b_mix = random_operands(rng, n - 3 * quarter)
+    # Subnormal quotients: (k * 2^(s - 149)) / (m * 2^e); the first half are exact ties
+    # (k odd, divisor 2^(s + 1): k/2 units of 2^-149), the second half small-integer ratios.
+    half = quarter // 2
+    k = rng.integers(1, 1 << 12, quarter) | np.r_[np.ones(half, np.int64),
+                                                  np.zeros(quarter - half, np.int64)]
+    s = rng.integers(0, 30, quarter)
+    mm = np.r_[np.ones(half, np.int64), rng.choice([1, 2, 3, 4, 5, 8, 16, 1 << 10],
+                                                    quarter - half)]
+    e = np.r_[s[:half] + 1, rng.integers(0, 40, quarter - half)]
+    a_tie = _positive_scaled(k, s - 149)
+    b_tie = _positive_scaled(mm, e)
+    # Near overflow / underflow: exponents chosen so that the quotient's lands near the edges.
+    ea = rng.integers(1, 255, quarter).astype(np.uint32)
+    target = rng.choice([-150, -149, -127, -126, -125, 126, 127, 128], quarter)
+    eb = np.clip(ea.astype(np.int64) - target, 1, 254).astype(np.uint32)
+    fraction = rng.integers(0, 1 << 23, (2, quarter), dtype=np.uint64).astype(np.uint32)
+    sign = rng.integers(0, 2, (2, quarter), dtype=np.uint64).astype(np.uint32) << np.uint32(31)
+    a_edge = sign[0] | (ea << np.uint32(23)) | fraction[0]
+    b_edge = sign[1] | (eb << np.uint32(23)) | fraction[1]
+    # K6: prob_acc / max(threshold_acc, 1e-9).
+    p = (rng.random(quarter) * 2).astype(np.float32)
+    p[rng.random(quarter) < 0.1] = 0.0
+    t = np.exp2(rng.uniform(-29.9, 0, quarter)).astype(np.float32)
+    t[rng.random(quarter) < 0.1] = np.float32(1e-9)
+    a = np.concatenate([a_mix, a_tie, a_edge, p.view(np.uint32)])
+    b = np.concatenate([b_mix, b_tie, b_edge, t.view(np.uint32)])
+    order = rng.permutation(n)
+    return a[order].astype(np.uint32), b[order].astype(np.uint32)
+
+
+def operands(operation: str, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The random operand set of ``operation``'s testbench: ``divide_operands`` for ``div``,
+    else ``random_operands``."""
+    return (divide_operands if operation == "div" else random_operands)(rng, n)
+
+
 def directed_operands() -> tuple[np.ndarray, np.ndarray]:
     """Every ordered pair of ``CORNER_VALUES``."""
     a, b = np.meshgrid(CORNER_VALUES, CORNER_VALUES, indexing="ij")
@@ -118,8 +169,8 @@ def directed_operands() -> tuple[np.ndarray, np.ndarray]:
 
 
 def reference(operation: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """numpy's result for uint32 operand patterns: uint32 patterns for ``mul``/``add``/``sub``,
-    a ``(n, 3)`` bool array of ``(a < b, a == b, a > b)`` for ``cmp``."""
+    """numpy's result for uint32 operand patterns: uint32 patterns for ``mul``/``add``/``sub``/
+    ``div``, a ``(n, 3)`` bool array of ``(a < b, a == b, a > b)`` for ``cmp``."""
     x, y = a.view(np.float32), b.view(np.float32)
     with np.errstate(all="ignore"):
         if operation == "mul":
@@ -128,6 +179,8 @@ def reference(operation: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
             return (x + y).view(np.uint32)
         if operation == "sub":
             return (x - y).view(np.uint32)
+        if operation == "div":
+            return (x / y).view(np.uint32)
         if operation == "cmp":
             return np.stack([x < y, x == y, x > y], axis=1)
     raise ValueError(f"`operation` must be one of {OPERATIONS}, not {operation!r}")

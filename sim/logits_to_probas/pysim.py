@@ -1,80 +1,44 @@
 """K5 ``LogitsToProbas`` on Amaranth's simulator: small calls for the unit tests (no Verilator).
 
-:func:`run_on_amaranth` plays every endpoint (``cmd``, ``logits`` sources with random idle,
-``probs``/``predict`` sinks with random back-pressure) in one clocked testbench, then checks
-the outputs against the golden (``sim.logits_to_probas.vectors``).
+:func:`run_on_amaranth` sends the calls back to back through ``sim.amaranth_tb.run_streams``
+(``cmd`` and ``logits`` with random idle, ``probs`` and ``predict`` with random
+back-pressure), then checks every call's outputs against the golden
+(``sim.logits_to_probas.vectors.check``).
 """
 
-import random
-from collections import deque
+from amaranth.lib import data
 
-from amaranth.hdl import Value
+from hw.kernels.logits_to_probas import LogitsToProbas
+from sim.amaranth_tb import run_streams
 
-from sim.amaranth_tb import simulate
-
-from .vectors import cmd_words, compare, expected, logit_words, outputs
+from .vectors import beats, check, cmd_words, logit_words, work
 
 __all__ = ["run_on_amaranth"]
 
 
-def run_on_amaranth(kernel, calls, *, idle=0.0, backpressure=0.0, seed=0,
-                    timeout=200_000) -> dict:
-    """Run ``calls`` one after the other; raise AssertionError on any difference from the
-    golden. Returns ``{"cycles": [per call]}``."""
-    rng = random.Random(seed)
-    report = {"cycles": []}
+def run_on_amaranth(parameters: dict, calls, *, idle=0.0, backpressure=0.0, seed=0) -> None:
+    """Run ``calls`` back to back on ``LogitsToProbas(**parameters)``; raise
+    ``AssertionError`` on any difference from the golden."""
+    dut = LogitsToProbas(**parameters)
+    params = dut.params
 
-    async def bench(ctx):
-        dut = kernel
-        for call in calls:
-            queues = {"cmd": deque(cmd_words(kernel, call)),
-                      "logits": deque(logit_words(kernel, call))}
-            offer = {"cmd": None, "logits": None}
-            probs, predicts = [], []
-            rows = call["logits"].shape[0]
-            cycle = 0
-            while len(predicts) < rows or queues["logits"] or offer["logits"] is not None \
-                    or not _probs_done(kernel, call, probs):
-                assert cycle < timeout, f"{call['name']}: no completion in {timeout} cycles"
-                for name, queue in queues.items():
-                    port = getattr(dut, name)
-                    if offer[name] is None and queue and rng.random() >= idle:
-                        offer[name] = queue.popleft()
-                    ctx.set(port.valid, offer[name] is not None)
-                    if offer[name] is not None:
-                        ctx.set(Value.cast(port.payload), offer[name])
-                probs_ready = rng.random() >= backpressure
-                predict_ready = rng.random() >= backpressure
-                ctx.set(dut.probs.ready, probs_ready)
-                ctx.set(dut.predict.ready, predict_ready)
-                (_, _, cmd_ready, logits_ready, p_valid, p_payload, t_valid,
-                 t_payload) = await ctx.tick().sample(
-                    dut.cmd.ready, dut.logits.ready, dut.probs.valid,
-                    Value.cast(dut.probs.payload), dut.predict.valid,
-                    Value.cast(dut.predict.payload))
-                if offer["cmd"] is not None and cmd_ready:
-                    offer["cmd"] = None
-                if offer["logits"] is not None and logits_ready:
-                    offer["logits"] = None
-                if probs_ready and p_valid:
-                    probs.append(int(p_payload))
-                if predict_ready and t_valid:
-                    predicts.append(int(t_payload))
-                cycle += 1
-            got_probs, got_predict, problems = outputs(kernel, call, probs, predicts)
-            problems = compare(call, got_probs, got_predict,
-                               expected(call, kernel.input_format), problems)
-            assert not problems, "\n".join(problems)
-            report["cycles"].append(cycle)
-        ctx.set(dut.cmd.valid, 0)
-        ctx.set(dut.logits.valid, 0)
+    def payloads(layout, words):
+        return [data.Const(layout, word) for word in words]
 
-    simulate(kernel, bench)
-    return report
-
-
-def _probs_done(kernel, call, probs):
-    from .vectors import greedy_rows
-
-    words = -(-call["logits"].shape[1] // kernel.lanes)
-    return len(probs) >= int((~greedy_rows(call)).sum()) * words
+    counts = [beats(params, call) for call in calls]
+    probs, predict = run_streams(
+        dut,
+        [(dut.cmd, payloads(params.cmd_layout,
+                            [w for call in calls for w in cmd_words(params, call)])),
+         (dut.logits, payloads(params.logits_layout,
+                               [w for call in calls for w in logit_words(params, call)]))],
+        [(dut.probs, sum(c["probs"] for c in counts)),
+         (dut.predict, sum(c["predict"] for c in counts))],
+        idle=idle, backpressure=backpressure, seed=seed,
+        max_cycles=int(sum(work(params, call) for call in calls)
+                       / (1 - max(idle, backpressure)) ** 2) * 2 + 1000)
+    probs = [item.as_value().value for item in probs]
+    predict = [item.as_value().value for item in predict]
+    for call, count in zip(calls, counts, strict=True):
+        check(params, call, probs[:count["probs"]], predict[:count["predict"]])
+        probs, predict = probs[count["probs"]:], predict[count["predict"]:]

@@ -4,8 +4,11 @@ them to ``LogitsToProbas``, the golden's results and their comparison with the k
 A call is a dict: ``logits`` float32 ``[B*n, V]``, ``temperatures`` float32 ``[B]``, ``n``,
 ``name``. The golden (``golden.logits_to_probas``) gives ``target_probs`` and
 ``target_predict``; the kernel's are rebuilt from its streams (greedy rows: the one-hot of the
-row's ``predict``, as the golden defines them).
+row's ``predict``, as the golden defines them). ``params`` arguments are a
+``hw.kernels.logits_to_probas.LogitsToProbasParams``.
 """
+
+from pathlib import Path
 
 import numpy as np
 
@@ -14,7 +17,8 @@ from golden.logits_to_probas import logits_to_probas
 from sim.payload import pack, unpack
 
 __all__ = ["make_call", "cmd_words", "logit_words", "expected", "outputs", "compare",
-           "random_call", "directed_calls", "bf16_round", "call_from_case", "write_case_file"]
+           "check", "work", "beats", "greedy_rows", "random_call", "directed_calls",
+           "bf16_round", "call_from_case", "write_case_file", "bit_patterns"]
 
 F32 = np.float32
 
@@ -32,23 +36,24 @@ def bf16_round(x):
     return bits.view(F32)
 
 
-def cmd_words(kernel, call) -> list[int]:
+def cmd_words(params, call) -> list[int]:
+    """The ``cmd`` beats of a call, one per request."""
     vocab = call["logits"].shape[1]
     temps = call["temperatures"].view(np.uint32)
-    return pack(kernel.cmd_layout, temps.size, temperature=temps, vocab_size=vocab,
+    return pack(params.cmd_layout, temps.size, temperature=temps, vocab_size=vocab,
                 num_rows=call["n"])
 
 
-def logit_words(kernel, call) -> list[int]:
+def logit_words(params, call) -> list[int]:
     """Every row's beats, rows in order (``lanes`` elements per beat, zero padded)."""
     rows, vocab = call["logits"].shape
-    lanes = kernel.lanes
+    lanes = params.lanes
     words = -(-vocab // lanes)
     padded = np.zeros((rows, words * lanes), F32)
     padded[:, :vocab] = call["logits"]
     bits = padded.view(np.uint32).astype(np.uint64)
     width = 32
-    if kernel.input_format == "bfloat16":
+    if params.input_format == "bfloat16":
         bits = bits >> np.uint64(16)
         width = 16
     bits = bits.reshape(rows * words, lanes)
@@ -59,7 +64,7 @@ def logit_words(kernel, call) -> list[int]:
             data[index] |= int(value) << (width * lane)
     first = np.tile(np.arange(words) == 0, rows)
     last = np.tile(np.arange(words) == words - 1, rows)
-    layout = kernel.logits_layout
+    layout = params.logits_layout
     spec = {name: (field.offset, field.width) for name, field in layout}
     offset = spec["data"][0]
     return [(d << offset) | (int(f) << spec["first"][0]) | (int(la) << spec["last"][0])
@@ -80,13 +85,29 @@ def greedy_rows(call):
     return np.repeat(call["temperatures"] < GREEDY_TEMPERATURE, call["n"])
 
 
-def outputs(kernel, call, probs_words, predict_words):
+def work(params, call) -> int:
+    """Clocks a call takes without idle or back-pressure, generously (a timeout's base)."""
+    rows, vocab = call["logits"].shape
+    words = -(-vocab // params.lanes)
+    sampling = int((~greedy_rows(call)).sum())
+    return rows * (words + 40) + sampling * (2 * words + 900) + 800
+
+
+def beats(params, call) -> dict[str, int]:
+    """Output port -> beats a call yields (``predict``: one per row; ``probs``: a packet of
+    ``ceil(V / lanes)`` beats per sampling row)."""
+    rows, vocab = call["logits"].shape
+    words = -(-vocab // params.lanes)
+    return {"probs": int((~greedy_rows(call)).sum()) * words, "predict": rows}
+
+
+def outputs(params, call, probs_words, predict_words):
     """``(target_probs, target_predict, problems)`` rebuilt from the kernel's streams."""
     rows, vocab = call["logits"].shape
-    lanes = kernel.lanes
+    lanes = params.lanes
     words = -(-vocab // lanes)
     problems = []
-    predict = unpack(kernel.predict_layout, predict_words)
+    predict = unpack(params.predict_layout, predict_words)
     if len(predict_words) != rows:
         problems.append(f"{len(predict_words)} predict beats, {rows} rows")
         return None, None, problems
@@ -102,7 +123,7 @@ def outputs(kernel, call, probs_words, predict_words):
     if len(probs_words) != sampling * words:
         problems.append(f"{len(probs_words)} probs beats, {sampling * words} expected")
         return None, tokens, problems
-    fields = unpack(kernel.probs_layout, probs_words)
+    fields = unpack(params.probs_layout, probs_words)
     if sampling and not (np.array_equal(fields["first"] == 1, np.tile(np.arange(words) == 0,
                                                                         sampling))
                          and np.array_equal(fields["last"] == 1,
@@ -140,6 +161,15 @@ def compare(call, got_probs, got_predict, want, problems=()) -> list[str]:
                             f"{got[r, j]:#010x} != {wanted[r, j]:#010x} "
                             f"(logit {call['logits'][r, j]!r})")
     return [f"{name}: {p}" for p in problems]
+
+
+def check(params, call, probs_words, predict_words) -> None:
+    """Raise ``AssertionError`` listing every difference between the kernel's streams for
+    ``call`` and the golden's results (at ``params.input_format``)."""
+    got_probs, got_predict, problems = outputs(params, call, probs_words, predict_words)
+    problems = compare(call, got_probs, got_predict, expected(call, params.input_format),
+                       problems)
+    assert not problems, "\n".join(problems)
 
 
 # --- calls -----------------------------------------------------------------------------------
@@ -238,8 +268,31 @@ def write_case_file(path, call, *, header="K5 logits_to_probas case"):
 
 
 def call_from_case(path):
+    """The call of a case file (``write_case_file``), with its ``expected_*`` tensors (those
+    present) in ``call["expected"]``. A malformed file raises ``ValueError`` naming the file
+    and line."""
     case = read_case(path)
-    batch, n, vocab = case.meta[:3]
+    lines = {}
+    for number, line in enumerate(Path(case.path).read_text().splitlines(), start=1):
+        if line.split():
+            lines.setdefault(line.split()[0], number)
+
+    def fail(name, message):
+        raise ValueError(f"{case.path}:{lines.get(name, 1)}: {message}")
+
+    if len(case.meta) != 3 or min(case.meta) < 1:
+        fail("meta", f"meta must be `B n V` (three counts, each at least 1), not {case.meta}")
+    batch, n, vocab = case.meta
+    sizes = {"logits": batch * n * vocab, "temperatures": batch,
+             "expected_target_probs": batch * n * vocab, "expected_target_predict": batch * n}
+    for name, size in sizes.items():
+        if name not in case:
+            if not name.startswith("expected_"):
+                fail("meta", f"tensor {name!r} is missing")
+            continue
+        if len(case[name]) != size:
+            fail(name, f"tensor {name!r} has {len(case[name])} values, meta B n V = "
+                       f"{batch} {n} {vocab} needs {size}")
     logits = case.f32("logits").reshape(batch * n, vocab)
     call = make_call(logits, case.f32("temperatures"), n, f"case {path}")
     call["expected"] = {}
@@ -249,3 +302,10 @@ def call_from_case(path):
     if "expected_target_predict" in case:
         call["expected"]["expected_target_predict"] = case.i64("expected_target_predict")
     return call
+
+
+def bit_patterns(tensors: dict) -> dict:
+    """Name -> flat int64 array of each tensor, float32 ones by bit pattern (what
+    ``sim.bench.golden_matches_case`` compares)."""
+    return {name: (values.view(np.uint32) if values.dtype == F32 else values)
+            .reshape(-1).astype(np.int64) for name, values in tensors.items()}

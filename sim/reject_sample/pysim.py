@@ -3,7 +3,7 @@
 :func:`run_on_amaranth` drives calls through a kernel instance with one clocked process that
 plays every endpoint (``cmd``, ``tree``, the memory with random latency, ``result`` and
 ``draft_write`` sinks), the way ``sim.cocotb_tb.StreamBench`` does under cocotb, then checks
-the outputs against the golden (``sim.reject_sample.vectors``).
+the outputs against the golden (``sim.reject_sample.results``).
 """
 
 import random
@@ -12,9 +12,10 @@ from collections import deque
 from amaranth.hdl import Value
 
 from sim.amaranth_tb import simulate
-from sim.payload import pack, unpack
 
-from .vectors import MemoryImage, commands, compare, expected, outputs_from_dut, tree_beats
+from .memory import MemoryImage
+from .results import compare, expected
+from .streams import beats, feeds, outputs_from_dut
 
 __all__ = ["run_on_amaranth"]
 
@@ -24,18 +25,13 @@ def run_on_amaranth(kernel, calls, *, idle=0.0, backpressure=0.0, latency=(1, 1)
     """Run ``calls`` one after the other through ``kernel``; raise AssertionError on any
     difference from the golden. Returns ``{"cycles": ..., "status": [per request]}``."""
     rng = random.Random(seed)
-    lanes = kernel.lanes
+    params = kernel.params
     report = {"cycles": 0, "status": []}
     pending = []
     for number, call in enumerate(calls):
-        memory = MemoryImage(call, lanes, seed=seed + number)
-        cmds = commands(call, lanes)
-        cmd_words = pack(kernel.cmd_layout, len(cmds),
-                         **{key: [c[key] for c in cmds] for key in cmds[0]})
-        beats = [beat for req in range(call.batch_size) for beat in tree_beats(call, req)]
-        tree_words = pack(kernel.tree_layout, len(beats),
-                          **{key: [b[key] for b in beats] for key in beats[0]})
-        pending.append((call, memory, cmd_words, tree_words))
+        words = feeds(params, call)
+        pending.append((call, MemoryImage(call, params.lanes, seed=seed + number),
+                        words["cmd"], words["tree"]))
 
     async def bench(ctx):
         dut = kernel
@@ -84,20 +80,16 @@ def run_on_amaranth(kernel, calls, *, idle=0.0, backpressure=0.0, latency=(1, 1)
                 if ra_valid and address_ready:
                     due = max(cycle + rng.randint(*latency),
                               responses[-1][0] if responses else 0)
-                    word = memory.word(ra_payload)
-                    responses.append((due, sum(v << (32 * j) for j, v in enumerate(word))))
+                    responses.append((due, memory.payload(ra_payload)))
                 if res_valid and result_ready:
-                    beat = {k: int(v[0]) for k, v in
-                            unpack(kernel.result_layout, [res_payload]).items()}
+                    beat = beats(params.result_layout, [res_payload])[0]
                     current.append(beat)
                     if beat["last"]:
                         packets.append(current)
                         current = []
-                        fields = unpack(kernel.status_layout, [status])
-                        report["status"].append({k: int(v[0]) for k, v in fields.items()})
+                        report["status"].append(beats(params.status_layout, [status])[0])
                 if dw_valid and draft_ready:
-                    writes.append({k: int(v[0]) for k, v in
-                                   unpack(kernel.draft_layout, [dw_payload]).items()})
+                    writes.append(beats(params.draft_layout, [dw_payload])[0])
                 cycle += 1
             ctx.set(dut.cmd.valid, 0)
             ctx.set(dut.tree.valid, 0)

@@ -1,4 +1,3 @@
-# amaranth: UnusedElaboratable=no
 """The DUT of the K1 testbench: ``ScoreKernel`` plus standalone gather probes.
 
 The probes are extra ``HiddenStateGather`` instances with other lane counts and element
@@ -12,20 +11,48 @@ elaboration). With ``toplevel`` given, ``ScoreBench`` instead elaborates one tem
 multiplier at its top level (fed from extra top-level ports the testbench leaves at 0) and
 makes every lane an ``Instance`` of the template's module: the same RTL (``Float32Multiply``),
 one module definition (which the harness's ``-fno-inline`` keeps one C++ class).
+``sim.score.ScoreTarget`` always passes its own name, the top module name of its models.
+
+``ScoreBenchParams`` is the parameter record of the testbench: the kernel's ``ScoreParams``,
+the probes' ``GatherParams`` and every stream port's payload layout.
 """
 
 import re
+from dataclasses import asdict, dataclass
 
 from amaranth.back import rtlil
 from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import Flow, Out
 
-from hw.kernels.gather import HiddenStateGather
-from hw.kernels.score import ScoreKernel
+from hw.kernels.gather import GatherParams, HiddenStateGather
+from hw.kernels.score import ScoreKernel, ScoreParams
 from hw.lib.float32 import Float32Multiply
 
-__all__ = ["ScoreBench", "SharedModule"]
+__all__ = ["ScoreBenchParams", "ScoreBench", "SharedModule"]
+
+
+@dataclass(frozen=True)
+class ScoreBenchParams:
+    """Build parameters of ``ScoreBench``: ``kernel`` and one ``GatherParams`` per probe."""
+
+    kernel: ScoreParams
+    probes: tuple[GatherParams, ...] = ()
+
+    @classmethod
+    def of(cls, *, probes=(), **kernel) -> "ScoreBenchParams":
+        """The record of ``ScoreBench(probes=probes, **kernel)`` (``probes``: dicts of
+        ``HiddenStateGather`` parameters), e.g. from a run's ``config["parameters"]``."""
+        return cls(ScoreParams(**kernel), tuple(GatherParams(**dict(p)) for p in probes))
+
+    @property
+    def ports(self) -> dict:
+        """Stream port name -> payload layout: the kernel's, then ``probe<i>_<name>``."""
+        ports = dict(self.kernel.ports)
+        for index, probe in enumerate(self.probes):
+            ports.update({f"probe{index}_{name}": layout
+                          for name, layout in probe.ports.items()})
+        return ports
 
 
 def _forward(m, outer, inner, members):
@@ -115,18 +142,23 @@ class ScoreBench(wiring.Component):
 
     Attributes
     ----------
+    params : ScoreBenchParams
     kernel : ScoreKernel
     probes : list of HiddenStateGather
     """
 
-    def __init__(self, *, kernel: dict, probes: tuple = (), toplevel: str | None = None):
+    def __init__(self, *, probes=(), toplevel: str | None = None, **kernel):
+        self._params = params = ScoreBenchParams.of(probes=probes, **kernel)
         self.shared = []
+        multiplier = None
         if toplevel is not None:
-            multiplier = SharedModule(toplevel, "shared_fp32_mul", Float32Multiply)
-            kernel = {**kernel, "multiplier": lambda lane: multiplier.instance()}
-            self.shared = [multiplier]
-        self.kernel = ScoreKernel(**kernel)
-        self.probes = [HiddenStateGather(**params) for params in probes]
+            shared = SharedModule(toplevel, "shared_fp32_mul", Float32Multiply)
+            self.shared = [shared]
+
+            def multiplier(lane):
+                return shared.instance()
+        self.kernel = ScoreKernel(**asdict(params.kernel), multiplier=multiplier)
+        self.probes = [HiddenStateGather(**asdict(probe)) for probe in params.probes]
         members = dict(self.kernel.signature.members.items())
         for index, probe in enumerate(self.probes):
             for name, member in probe.signature.members.items():
@@ -134,6 +166,8 @@ class ScoreBench(wiring.Component):
         for shared in self.shared:
             members[shared.name] = Out(shared.template.signature)
         super().__init__(members)
+
+    params = property(lambda self: self._params)
 
     def elaborate(self, platform):
         m = Module()

@@ -16,12 +16,14 @@ import numpy as np
 from amaranth.hdl import Shape
 
 from golden import draft_tree_layer_score_index_gen_op
-from golden.cases import read_case
+from golden.cases import read_case, write_case
 from sim.payload import pack, unpack
 
 __all__ = ["Batch", "golden_outputs", "request_words", "token_words", "hidden_words",
            "decode_results", "decode_tokens", "decode_hidden", "compare", "random_batch",
-           "directed_batches", "hot_table", "case_batch", "SPEC_TIE_EXAMPLES", "OUTPUTS"]
+           "directed_batches", "hot_table", "case_batch", "golden_of_case", "write_case_file",
+           "words_per_row",
+           "SPEC_TIE_EXAMPLES", "OUTPUTS"]
 
 OUTPUTS = ("curr_layer_scores", "sort_layer_scores", "sort_layer_indices",
            "cache_topk_indices", "parent_indices_in_layer")
@@ -337,34 +339,60 @@ def directed_batches(rng, *, k: int, w_max: int, count_width: int, hot_size: int
     return batches
 
 
-def case_batch(path, hot: np.ndarray | None = None) -> tuple[Batch, dict, np.ndarray | None]:
+def _shaped(case, name: str, values: np.ndarray, shape: tuple) -> np.ndarray:
+    """``values`` of tensor ``name`` reshaped to ``shape``, or ``ValueError`` naming the
+    file and line when the count does not fit."""
+    if values.size != int(np.prod(shape)):
+        raise ValueError(f"{case.where(name)}: tensor {name!r} has {values.size} values, "
+                         f"which is not of shape {tuple(shape)} (B, W, K and H of the case)")
+    return values.reshape(shape)
+
+
+def case_batch(path) -> tuple[Batch, dict, np.ndarray | None]:
     """A case file as a batch, the tensors it expects and its own ``hot_token_id`` (if any).
 
-    Score captures give ``meta B K W H cumu_count``; other case files name the scalars
-    (``batch_size``, ``node_top_k``, ``tree_width``, ``hidden_size``, ``cumu_count``,
-    ``use_hot_token_id``). Tokens and the table are optional lines.
+    Score captures give ``meta B K W H cumu_count``; other case files (``write_case_file``)
+    name the scalars (``batch_size``, ``node_top_k``, ``tree_width``, ``hidden_size``,
+    ``cumu_count``, ``use_hot_token_id``). Tokens, the table and the hidden states are
+    optional lines. A malformed file raises ``ValueError`` naming it (and the line, for the
+    format errors of ``golden.cases.read_case``).
     """
     case = read_case(path)
     names = set(case)
-    if "batch_size" in names:
-        b, k, w = (case.scalar(x) for x in ("batch_size", "node_top_k", "tree_width"))
-        cumu = case.scalar("cumu_count")
-        h = case.scalar("hidden_size") if "hidden_size" in names else None
-    else:
-        b, k, w, h, cumu = case.meta[:5]
-    n = w * k
-    use_hot = bool(case.scalar("use_hot_token_id")) if "use_hot_token_id" in names else False
-    tokens = (case.i64("topk_tokens_sampling").reshape(b, n)
-              if "topk_tokens_sampling" in names else np.zeros((b, n), np.int64))
-    case_hot = case.i64("hot_token_id") if "hot_token_id" in names else None
-    hidden = case.f32("input_hidden_states") if "input_hidden_states" in names else None
-    if hidden is None:
-        hidden = np.zeros((b, w, 0), np.float32)
-    else:
-        hidden = hidden.reshape(b, w, -1 if h is None else h)
-    batch = Batch(k, w, cumu, use_hot, case.f32("topk_probas_sampling").reshape(b, n),
-                  case.f32("last_layer_scores").reshape(b, w), tokens, hidden,
-                  f"case {case.path.name}")
+    try:
+        if "batch_size" in names:
+            b, k, w = (case.scalar(x) for x in ("batch_size", "node_top_k", "tree_width"))
+            cumu = case.scalar("cumu_count")
+            h = case.scalar("hidden_size") if "hidden_size" in names else None
+        elif len(case.meta) >= 5:
+            b, k, w, h, cumu = case.meta[:5]
+        else:
+            raise ValueError(f"{case.path}: no `meta B K W H cumu_count` line and no "
+                             "`batch_size` scalar: not a K1 case file")
+        if min(b, k, w) < 0 or (h or 0) < 0:
+            raise ValueError(f"{case.path}: negative B, K, W or H")
+        n = w * k
+        use_hot = (bool(case.scalar("use_hot_token_id")) if "use_hot_token_id" in names
+                   else False)
+        tokens = (_shaped(case, "topk_tokens_sampling", case.i64("topk_tokens_sampling"),
+                          (b, n))
+                  if "topk_tokens_sampling" in names else np.zeros((b, n), np.int64))
+        case_hot = case.i64("hot_token_id") if "hot_token_id" in names else None
+        if "input_hidden_states" in names:
+            values = case.f32("input_hidden_states")
+            if h is None:
+                h = values.size // max(1, b * w)
+            hidden = _shaped(case, "input_hidden_states", values, (b, w, h))
+        else:
+            hidden = np.zeros((b, w, 0), np.float32)
+        batch = Batch(k, w, cumu, use_hot,
+                      _shaped(case, "topk_probas_sampling", case.f32("topk_probas_sampling"),
+                              (b, n)),
+                      _shaped(case, "last_layer_scores", case.f32("last_layer_scores"),
+                              (b, w)),
+                      tokens, hidden, f"case {case.path.name}")
+    except KeyError as error:  # a missing tensor
+        raise ValueError(error.args[0]) from None
     expected = {}
     for name in names:
         if not name.startswith("expected_"):
@@ -374,3 +402,42 @@ def case_batch(path, hot: np.ndarray | None = None) -> tuple[Batch, dict, np.nda
                               "output_hidden_states")
         expected[tensor] = case.f32(name) if floating else case.i64(name)
     return batch, expected, case_hot
+
+
+def golden_of_case(batch: Batch, expected: dict, table: np.ndarray, *,
+                   sort_width: int = 64) -> dict:
+    """The golden outputs of a case's batch (``case_batch``) with ``table``, after checking
+    them against the case's expected tensors bit for bit (``AssertionError`` naming the
+    first that differs)."""
+    golden = golden_outputs(batch, table, sort_width=sort_width)
+    if "output_tokens" in expected:
+        golden["output_tokens"] = np.take_along_axis(
+            golden["topk_tokens_sampling"], golden["sort_layer_indices"][:, :batch.k], 1)
+    for name, wanted in expected.items():
+        got = golden[name].reshape(-1)
+        same = (np.array_equal(got.view(np.uint32), wanted.view(np.uint32))
+                if got.dtype == np.float32 else np.array_equal(got, wanted))
+        assert same, f"golden differs from {batch.name} in {name}"
+    return golden
+
+
+def write_case_file(batch: Batch, hot: np.ndarray | None, path, *,
+                    sort_width: int = 64) -> None:
+    """Write ``batch`` (float32 hidden states), its table and its golden results (the
+    network of ``sort_width`` lanes) as a case file that ``case_batch`` reads."""
+    expected = golden_outputs(batch, np.zeros(1, np.int64) if hot is None else hot,
+                              sort_width=sort_width)
+    tensors = {"batch_size": batch.b, "node_top_k": batch.k, "tree_width": batch.w,
+               "hidden_size": batch.h, "cumu_count": batch.cumu,
+               "use_hot_token_id": int(batch.use_hot),
+               "topk_probas_sampling": batch.probas, "last_layer_scores": batch.parents,
+               "topk_tokens_sampling": batch.tokens}
+    if hot is not None:
+        tensors["hot_token_id"] = hot
+    if batch.h:
+        tensors["input_hidden_states"] = batch.hidden
+    for name in (*OUTPUTS, "output_hidden_states", "topk_tokens_sampling"):
+        if name != "output_hidden_states" or batch.h:
+            tensors[f"expected_{name}"] = expected[name]
+    write_case(path, tensors, header=f"K1 case {batch.name}: B={batch.b} K={batch.k} "
+                                     f"W={batch.w} H={batch.h}, golden results")

@@ -30,10 +30,10 @@ from golden.tree_mask import (
 from golden.update_state import clamp_verify_num
 
 __all__ = ["Call", "EXAMPLE_CASE", "OUTPUT_NAMES", "expected", "verify_set", "command",
-           "node_fields", "seq_fields", "mask_words_expected", "decode", "check",
-           "grown_call", "manual_call", "random_tree_call", "random_call", "directed_calls",
-           "perf_call",
-           "call_from_case", "example_case", "write_example_case"]
+           "node_fields", "seq_fields", "input_fields", "output_counts", "request_starts",
+           "mask_words_expected", "decode", "check", "check_calls", "grown_call",
+           "manual_call", "random_tree_call", "random_call", "directed_calls", "perf_call",
+           "call_from_case", "example_case", "write_example_case", "write_case_file"]
 
 F32, I64 = np.float32, np.int64
 EXAMPLE_CASE = Path(__file__).resolve().parent / "example_case.txt"
@@ -151,6 +151,37 @@ def seq_fields(call: Call) -> dict:
     return {"seq_len": call.seq_lens}
 
 
+def input_fields(calls) -> dict[str, dict]:
+    """The payload fields of ``calls`` sent back to back: input port (``cmd``, ``nodes``,
+    ``seq_lens``) -> field name -> array over the port's beats."""
+    commands = [command(c) for c in calls]
+    nodes = [node_fields(c) for c in calls]
+    return {
+        "cmd": {key: np.array([cmd[key] for cmd in commands], I64)
+                for key in ("batch_size", "cumu_count", "verify_num", "tree_mask_mode")},
+        "nodes": {key: np.concatenate([np.zeros(0, I64), *(part[key] for part in nodes)])
+                  for key in ("token", "score", "prev", "first", "last")},
+        "seq_lens": {"seq_len": np.concatenate([np.zeros(0, I64),
+                                                *(c.seq_lens for c in calls)])},
+    }
+
+
+def output_counts(calls, maxv: int, lanes: int) -> dict[str, int]:
+    """Beats the kernel sends on ``tree`` and ``mask`` for ``calls``."""
+    return {"tree": sum(c.batch_size * c.n(maxv) for c in calls),
+            "mask": sum(mask_words_expected(c, maxv, lanes) for c in calls)}
+
+
+def request_starts(calls) -> list[int]:
+    """Index of the first ``nodes`` beat of every request of ``calls`` sent back to back."""
+    starts, beat = [], 0
+    for c in calls:
+        for _ in range(c.batch_size):
+            starts.append(beat)
+            beat += c.cumu_count
+    return starts
+
+
 def _row_columns(call: Call, b: int, n: int) -> int:
     """Columns of a mask row of request b on the wire (the layout's row length)."""
     if call.mode == TreeMaskMode.FULL_MASK:
@@ -257,6 +288,17 @@ def check(call: Call, maxv: int, lanes: int, tree: dict, mask: dict) -> None:
                 f"{want[name].size} elements, first at flat index {diff[:6].tolist()}: "
                 f"got {np.asarray(got[name]).reshape(-1)[diff[:6]].tolist()}, "
                 f"expected {np.asarray(want[name]).reshape(-1)[diff[:6]].tolist()}")
+
+
+def check_calls(calls, maxv: int, lanes: int, tree: dict, mask: dict) -> None:
+    """``check`` every call of ``calls`` (run back to back) on its share of the unpacked
+    ``tree`` records and ``mask`` words."""
+    t = w = 0
+    for c in calls:
+        count, words = c.batch_size * c.n(maxv), mask_words_expected(c, maxv, lanes)
+        check(c, maxv, lanes, {k: v[t:t + count] for k, v in tree.items()},
+              {k: v[w:w + words] for k, v in mask.items()})
+        t, w = t + count, w + words
 
 
 # --- trees ----------------------------------------------------------------------------------
@@ -527,8 +569,13 @@ def example_case() -> Call:
 
 def write_example_case(path=EXAMPLE_CASE) -> None:
     """Write ``example_case()`` with its golden results in the project's case format."""
-    call = example_case()
-    want = expected(call, call.verify_num)
+    write_case_file(example_case(), path)
+
+
+def write_case_file(call: Call, path) -> None:
+    """Write ``call`` and its golden results (on a kernel whose ``max_verify_num`` holds its
+    verify set) as a case file; ``call_from_case`` reads it back."""
+    want = expected(call, max(call.verify_num, 1))
     tensors = {name: getattr(call, name) for name in TREE_NAMES}
     tensors.update({"seq_lens": call.seq_lens, "batch_size": call.batch_size,
                     "cumu_count": call.cumu_count, "verify_num": call.verify_num,

@@ -16,10 +16,16 @@ outputs:
 
 Parameters: ``params`` (dict or ``UpdateStateParams``), ``steps``, ``idle``, ``backpressure``,
 ``seed``. Returns the list of step results (``None`` for loads).
+
+The steps run in order in one simulation, so ``sim.amaranth_tb.run_streams`` (one concurrent
+exchange of all streams per simulation) does not fit: the slot memories must keep their
+contents from a load to the requests to the dump, and host commands take priority over waiting
+requests, so the two streams cannot be queued together. ``_exchange`` is the per-step form of
+the same loop (one source, one sink, random idle and back-pressure, a cycle count).
 """
 
-import dataclasses
 import random
+from dataclasses import asdict
 
 from hw.kernels.update_state import UpdateCumuDraftState
 from sim.amaranth_tb import simulate
@@ -33,69 +39,57 @@ from .host import (
     request_beats,
 )
 
-__all__ = ["run_steps", "make_dut"]
+__all__ = ["run_steps"]
 
 
-def make_dut(params):
-    """The kernel built with ``params`` (a dict or ``UpdateStateParams``)."""
-    return UpdateCumuDraftState(**dataclasses.asdict(params_from(params)))
-
-
-class _Streams:
-    """One source and one sink stepped together, one clock per ``step``."""
-
-    def __init__(self, source, sink, rng, idle, backpressure):
-        self.source, self.sink = source, sink
-        self.rng, self.idle, self.backpressure = rng, idle, backpressure
-
-    async def exchange(self, ctx, words, expected):
-        """Send ``words`` on the source while collecting ``expected`` sink items."""
-        pending, received, offering, cycles = list(words), [], False, 0
-        while len(received) < expected:
-            if not offering and pending and self.rng.random() >= self.idle:
-                ctx.set(self.source.payload.as_value(), pending[0])
-                offering = True
-            ctx.set(self.source.valid, int(offering))
-            ready = self.rng.random() >= self.backpressure
-            ctx.set(self.sink.ready, int(ready))
-            sent = offering and ctx.get(self.source.ready)
-            if ready and ctx.get(self.sink.valid):
-                received.append(ctx.get(self.sink.payload.as_value()))
-            await ctx.tick()
-            cycles += 1
-            if sent:
-                pending.pop(0)
-                offering = False
-            if cycles > 100 * (len(words) + expected) + 1000:
-                raise TimeoutError("the kernel stopped answering")
-        ctx.set(self.source.valid, 0)
-        ctx.set(self.sink.ready, 0)
-        assert not pending, "the kernel answered before it took every input"
-        return received, cycles
+async def _exchange(ctx, source, sink, words, expected, *, rng, idle, backpressure):
+    """Send ``words`` on ``source`` while collecting ``expected`` items from ``sink``, one
+    clock at a time; returns the items and the clocks it took."""
+    pending, received, offering, cycles = list(words), [], False, 0
+    while len(received) < expected:
+        if not offering and pending and rng.random() >= idle:
+            ctx.set(source.payload.as_value(), pending[0])
+            offering = True
+        ctx.set(source.valid, int(offering))
+        ready = rng.random() >= backpressure
+        ctx.set(sink.ready, int(ready))
+        sent = offering and ctx.get(source.ready)
+        if ready and ctx.get(sink.valid):
+            received.append(ctx.get(sink.payload.as_value()))
+        await ctx.tick()
+        cycles += 1
+        if sent:
+            pending.pop(0)
+            offering = False
+        if cycles > 100 * (len(words) + expected) + 1000:
+            raise TimeoutError("the kernel stopped answering")
+    ctx.set(source.valid, 0)
+    ctx.set(sink.ready, 0)
+    assert not pending, "the kernel answered before it took every input"
+    return received, cycles
 
 
 def run_steps(params, steps, *, idle=0.0, backpressure=0.0, seed=0):
-    dut = make_dut(params)
-    p = dut.params
+    p = params_from(params)
+    dut = UpdateCumuDraftState(**asdict(p))
     rng = random.Random(seed)
-    host = _Streams(dut.host_cmd, dut.host_rsp, rng, idle, backpressure)
-    kernel = _Streams(dut.req, dut.done, rng, idle, backpressure)
     results = []
+
+    async def host(ctx, words):
+        answers, _ = await _exchange(ctx, dut.host_cmd, dut.host_rsp, words, len(words),
+                                     rng=rng, idle=idle, backpressure=backpressure)
+        return answers
 
     async def testbench(ctx):
         for step in steps:
             if step[0] == "load":
-                commands = load_commands(p, step[1], step[2])
-                answers, _ = await host.exchange(ctx, commands, len(commands))
+                answers = await host(ctx, load_commands(p, step[1], step[2]))
                 assert not any(answers), "a host write was not answered with zeros"
                 results.append(None)
             elif step[0] == "host":
-                answers, _ = await host.exchange(ctx, step[1], len(step[1]))
-                results.append(answers)
+                results.append(await host(ctx, step[1]))
             elif step[0] == "dump":
-                commands = dump_commands(p, step[1])
-                answers, _ = await host.exchange(ctx, commands, len(commands))
-                results.append(decode_dump(p, answers))
+                results.append(decode_dump(p, await host(ctx, dump_commands(p, step[1]))))
             elif step[0] in ("requests", "beats"):
                 if step[0] == "requests":
                     beats = [word for slot, request in step[1]
@@ -103,7 +97,8 @@ def run_steps(params, steps, *, idle=0.0, backpressure=0.0, seed=0):
                     count = len(step[1])
                 else:
                     beats, count = step[1], step[2]
-                records, cycles = await kernel.exchange(ctx, beats, count)
+                records, cycles = await _exchange(ctx, dut.req, dut.done, beats, count, rng=rng,
+                                                  idle=idle, backpressure=backpressure)
                 results.append(([decode_done(p, word) for word in records], cycles))
             else:
                 raise ValueError(f"unknown step {step[0]!r}")

@@ -1,40 +1,33 @@
 """cocotb testbench: the K2 kernel (``UpdateCumuDraftState``) against the golden model.
 
-Configuration (``sim.cocotb_tb.config()``): ``params`` (the DUT's parameters, so the layouts
-match), ``seed``, ``figure_requests`` and ``random_requests`` (0 skips the test),
-``requests_per_batch`` (random requests sent back to back between dumps), ``directed`` (False
-skips the directed cases), ``idle``, ``backpressure``, and ``case`` when ``CASE=<file>`` was
-given. Every check loads whole slot states through the host
+Configuration: ``parameters`` (the DUT's), ``seed``, ``figure_requests`` (the ``figures``
+phase, at least 1), ``random_requests`` and ``requests_per_batch`` (random requests sent back
+to back between dumps), ``idle``/``backpressure``, ``case`` (the ``case`` test) and
+``measure`` (the ``measurement`` test). Every check loads whole slot states through the host
 port, runs requests, dumps the whole slot states back and compares every buffer, sentinels
 included, by bit pattern with the golden model (and with the ``expected_*`` tensors of a case).
 
-Tests, in order:
+Tests (phases):
 
-1. ``figures``: back-to-back requests at ``W = max_tree_width``, ``verify_num = 64`` (clamped to
-   ``MAXV``), no idle or back-pressure; measures cycles per request (the ``done`` interval) and
-   the latency from a request's first beat to its ``done``.
-2. ``case_replay``: the case file (default: the CUDA capture ``cost_draft_tree_update_case``
-   when the parameters can hold it), one request per slot, vs ``expected_*`` and the golden.
-3. ``directed``: ``vectors.directed_cases`` with random idle and back-pressure.
-4. ``random_requests``: chained random requests over all slots, idle and back-pressure.
+* ``figures``: back-to-back requests at ``W = max_tree_width``, ``verify_num = 64`` (clamped to
+  ``MAXV``), no idle or back-pressure; cycles per request (the ``done`` interval) and the
+  latency from a request's first beat to its ``done``.
+* ``capture``: the CUDA capture ``cost_draft_tree_update_case``, one request per slot, vs its
+  ``expected_*`` and the golden (a plain run leaves it out on a build that cannot hold it,
+  ``sim.update_state.UpdateStateTarget.run``).
+* ``directed``: ``vectors.directed_cases`` with random idle and back-pressure on the requests.
+* ``random``: chained random requests over all slots, idle and back-pressure everywhere.
+* ``case``: a case file (``CASE=``), as ``capture``.
+* ``measurement``: one draft round of a benchmark contract point (the cycle budget).
 """
-
-import random
 
 import cocotb
 import numpy as np
 
-from hw.kernels.update_state import Region
-from sim.cocotb_tb import (
-    StreamBench,
-    StreamSink,
-    StreamSource,
-    config,
-    start_clock_and_reset,
-    write_summary,
-)
-from sim.targets import port_bytes
+from hw.kernels.update_state import Region, UpdateStateParams
+from sim.bench import KernelBench, write_summary
 
+from . import CAPTURE
 from .host import (
     FLOAT_NAMES,
     SCALAR_NAMES,
@@ -45,60 +38,51 @@ from .host import (
     dump_commands,
     golden_apply,
     load_commands,
-    params_from,
     request_beats,
     state_shapes,
 )
 from .vectors import directed_cases, random_request, random_state, read_update_case, sentinel_state
 
-_SUMMARY = {"vectors": 0, "cycles": 0, "extra": {}}
 
+class Slots:
+    """K2 on a ``KernelBench``: slot states loaded and dumped over the host port, requests
+    sent back to back. ``clock`` counts the clocks of every run, ``at`` holds each port's
+    acceptance cycles on that count (one time line across the runs)."""
 
-def _report(**figures):
-    for key, value in figures.items():
-        if key == "extra":
-            _SUMMARY["extra"].update(value)
-        elif key in ("vectors", "cycles"):
-            _SUMMARY[key] += value
-        else:
-            _SUMMARY[key] = value
-    write_summary(**_SUMMARY)
-
-
-class Kernel:
-    """The DUT's four streams stepped by one ``StreamBench``, with host-level operations."""
-
-    def __init__(self, dut, params, rng):
-        self.params = params
-        self.req = StreamSource(dut, "req", rng=rng)
-        self.cmd = StreamSource(dut, "host_cmd", rng=rng)
-        self.rsp = StreamSink(dut, "host_rsp", rng=rng)
-        self.done = StreamSink(dut, "done", rng=rng)
-        self.bench = StreamBench(dut, [self.req, self.cmd, self.rsp, self.done])
-        self.log = dut._log
+    def __init__(self, bench):
+        self.bench = bench
+        self.params = bench.params
         self.known = {}  # slot -> state it holds (after a full load or a dump)
+        self.clock = 0
+        self.at = {name: [] for name in bench.ports}
+        self.idle = self.backpressure = 0.0
+        self.host_stressed = False
 
     def stress(self, idle, backpressure, *, host=True):
-        """Random idle cycles on the inputs and back-pressure on the outputs (``host``: also on
-        the host port, otherwise on the request and ``done`` streams only)."""
-        self.req.idle = idle
-        self.done.backpressure = backpressure
-        self.cmd.idle = idle if host else 0.0
-        self.rsp.backpressure = backpressure if host else 0.0
+        """Random idle cycles on the inputs and back-pressure on the outputs of the request
+        runs (``host``: of the host-port runs too)."""
+        self.idle, self.backpressure, self.host_stressed = idle, backpressure, host
+
+    async def _run(self, feeds, counts, *, work, stressed):
+        run = await self.bench.run(feeds, counts, work=work,
+                                   idle=self.idle if stressed else 0.0,
+                                   backpressure=self.backpressure if stressed else 0.0)
+        start = self.clock
+        for name, cycles in run.at.items():
+            self.at[name] += [start + cycle for cycle in cycles]
+        self.clock += run.cycles
+        return run, start
 
     async def host(self, words):
         """Send host commands; return their answers once all arrived."""
-        start = len(self.rsp.items)
-        self.cmd.send(words)
-        await self.bench.run(lambda: len(self.rsp.items) == start + len(words),
-                             timeout_cycles=20 * len(words) + 200)
-        return self.rsp.items[start:]
+        run, _ = await self._run({"host_cmd": words}, {"host_rsp": len(words)},
+                                 work=10 * len(words) + 100, stressed=self.host_stressed)
+        return run.items["host_rsp"]
 
     async def load(self, slot, state):
         """Write ``state`` into ``slot``; only the elements that differ from what the slot is
         known to hold (its last dump, or its last full load)."""
-        known = self.known.get(slot)
-        answers = await self.host(load_commands(self.params, slot, state, known))
+        answers = await self.host(load_commands(self.params, slot, state, self.known.get(slot)))
         assert not any(answers), "a host write was not answered with zeros"
         self.known[slot] = {name: np.array(value, copy=True) for name, value in state.items()}
 
@@ -111,21 +95,22 @@ class Kernel:
     async def run_requests(self, slot_requests):
         """Send ``(slot, request)`` pairs back to back; return their ``done`` records and, per
         request, the cycles of its first beat and of its ``done``."""
-        beats_before, done_before = len(self.req.accepted_at), len(self.done.items)
-        firsts = []
-        offset = beats_before
+        beats, firsts = [], []
         for slot, request in slot_requests:
             self.known.pop(slot, None)  # until its next dump
-            beats = request_beats(self.params, slot, request)
-            firsts.append(offset)
-            offset += len(beats)
-            self.req.send(beats)
-        total = offset - beats_before
-        await self.bench.run(lambda: len(self.done.items) == done_before + len(slot_requests),
-                             timeout_cycles=50 * total + 1000 * len(slot_requests))
-        records = [decode_done(self.params, word) for word in self.done.items[done_before:]]
-        first_cycles = [self.req.accepted_at[index] for index in firsts]
-        return records, first_cycles, self.done.accepted_at[done_before:]
+            firsts.append(len(beats))
+            beats += request_beats(self.params, slot, request)
+        run, start = await self._run({"req": beats}, {"done": len(slot_requests)},
+                                     work=25 * len(beats) + 500 * len(slot_requests),
+                                     stressed=True)
+        records = [decode_done(self.params, word) for word in run.items["done"]]
+        return (records, [start + run.at["req"][index] for index in firsts],
+                [start + cycle for cycle in run.at["done"]])
+
+
+async def _start(dut):
+    bench = await KernelBench.start(dut, UpdateStateParams)
+    return bench, Slots(bench)
 
 
 def _check_done(record, slot, dropped, name):
@@ -138,153 +123,137 @@ def _assert_same(actual, expected, name):
     assert not problems, "\n".join(problems)
 
 
-async def _setup(dut):
-    cfg = config()
-    params = params_from(cfg["params"])
-    await start_clock_and_reset(dut)
-    return cfg, params, Kernel(dut, params, random.Random(cfg["seed"]))
-
-
-def _measuring():
-    """A ``measure`` run (``sim.update_state.measure``) runs only the ``measurement`` test."""
-    return "measure" in config()
-
-
-@cocotb.test()
-async def figures(dut):
-    """Back-to-back requests without idle or back-pressure: cycles per request."""
-    if _measuring():
-        return
-    cfg, p, kernel = await _setup(dut)
-    if cfg["figure_requests"] < 1:
-        return
-    rng = np.random.default_rng(cfg["seed"])
-    width, n = p.max_tree_width, p.max_tree_width * p.node_top_k
-    verify_num = min(64, p.max_verify_num)
-    base = min(21, max(p.max_node_count - n, 0))
-    states = {slot: sentinel_state(p) for slot in range(p.max_batch)}
-    counts = dict.fromkeys(states, base)
-    for slot, state in states.items():
-        await kernel.load(slot, state)
-    plan, expected_dropped = [], []
-    for index in range(cfg["figure_requests"]):
-        slot = index % p.max_batch
-        if counts[slot] + n > p.max_node_count:
-            counts[slot] = base
-        request = random_request(rng, p, tree_width=width, cumu_count=counts[slot],
-                                 verify_num=verify_num)
-        expected_dropped.append(check_request(p, request))
-        counts[slot] += n
-        plan.append((slot, request))
-        states[slot], _ = golden_apply(p, states[slot], request)
-    start = kernel.bench.cycle
-    records, firsts, dones = await kernel.run_requests(plan)
-    cycles = kernel.bench.cycle - start
-    for (slot, _), record, dropped in zip(plan, records, expected_dropped, strict=True):
-        _check_done(record, slot, dropped, "figures")
-    for slot, state in states.items():
-        _assert_same(await kernel.dump(slot), state, f"figures slot {slot}")
-    latency = dones[0] - firsts[0]
-    interval = (dones[-1] - dones[0]) / (len(dones) - 1) if len(dones) > 1 else float(latency)
-    label = f"K={p.node_top_k}, W={width}, verify_num={verify_num}"
-    kernel.log.info(f"K2 cycles per request ({label}): {interval:.1f} back to back, "
-                    f"latency {latency} cycles from first beat to done")
-    _report(vectors=len(plan), cycles=cycles, latency_cycles=latency,
-            initiation_interval=interval,
-            extra={f"cycles/request ({label})": round(interval, 2),
-                   "append+merge latency": f"{latency} cycles"})
-
-
-@cocotb.test()
-async def case_replay(dut):
-    """A case file (default: the CUDA capture) through golden and RTL, bit for bit."""
-    if _measuring():
-        return
-    cfg, p, kernel = await _setup(dut)
-    explicit = "case" in cfg
-    path = cfg["case"] if explicit else "cost_draft_tree_update_case"
+async def _replay(slots, path, name):
+    """A case file through golden and RTL, one request per slot, bit for bit; the summary's
+    ``extra["case"]``."""
+    p = slots.params
     scalars, states, requests, expected = read_update_case(path)
-    mismatched = {name: (scalars[name], getattr(p, name)) for name in
-                  ("node_top_k", "max_node_count", "max_verify_num", "max_input_size")
-                  if scalars[name] != getattr(p, name)}
+    misfit = {key: (scalars[key], getattr(p, key)) for key in
+              ("node_top_k", "max_node_count", "max_verify_num", "max_input_size")
+              if scalars[key] != getattr(p, key)}
     if scalars["tree_width"] > p.max_tree_width:
-        mismatched["max_tree_width"] = (scalars["tree_width"], p.max_tree_width)
+        misfit["max_tree_width"] = (scalars["tree_width"], p.max_tree_width)
     if scalars["batch_size"] > p.max_batch:
-        mismatched["max_batch"] = (scalars["batch_size"], p.max_batch)
-    if mismatched:
-        message = ", ".join(f"{name}: case {c} vs kernel {k}"
-                            for name, (c, k) in mismatched.items())
-        assert not explicit, f"case {path} does not fit this kernel build ({message})"
-        kernel.log.info(f"default capture skipped: it does not fit this build ({message})")
-        _report(extra={"capture": "skipped (parameters)"})
-        return
+        misfit["max_batch"] = (scalars["batch_size"], p.max_batch)
+    assert not misfit, f"case {path} does not fit this kernel build (" + ", ".join(
+        f"{key}: case {c} vs kernel {k}" for key, (c, k) in misfit.items()) + ")"
     golden = []
     for slot, (state, request) in enumerate(zip(states, requests, strict=True)):
         dropped = check_request(p, request)
         golden.append(golden_apply(p, state, request)[0])
         if expected is not None:
             _assert_same(golden[-1], expected[slot], f"golden vs case slot {slot}")
-        await kernel.load(slot, state)
-    start = kernel.bench.cycle
-    records, _, _ = await kernel.run_requests(list(enumerate(requests)))
+        await slots.load(slot, state)
+    start = slots.clock
+    records, _, _ = await slots.run_requests(list(enumerate(requests)))
     for slot, record in enumerate(records):
         _check_done(record, slot, check_request(p, requests[slot]), "case")
     for slot in range(len(requests)):
-        dumped = await kernel.dump(slot)
+        dumped = await slots.dump(slot)
         _assert_same(dumped, golden[slot], f"RTL vs golden slot {slot}")
         if expected is not None:
             _assert_same(dumped, expected[slot], f"RTL vs case slot {slot}")
-    name = path if explicit else "CUDA capture"
-    kernel.log.info(f"{name}: {len(requests)} requests bit-exact with "
+    slots.bench.log(f"{name}: {len(requests)} requests bit-exact with "
                     f"{'the case and ' if expected is not None else ''}the golden")
-    _report(vectors=len(requests), cycles=kernel.bench.cycle - start,
-            extra={"case": f"{name} exact ({dropped} dropped)"})
+    write_summary(vectors=len(requests), cycles=slots.clock - start,
+                  extra={"case": f"{name} exact ({dropped} dropped)"})
+
+
+@cocotb.test()
+async def figures(dut):
+    """Back-to-back requests without idle or back-pressure: cycles per request."""
+    bench, slots = await _start(dut)
+    p = bench.params
+    assert bench.cfg["figure_requests"] >= 1, "`figure_requests` must be at least 1"
+    width, n = p.max_tree_width, p.max_tree_width * p.node_top_k
+    verify_num = min(64, p.max_verify_num)
+    base = min(21, max(p.max_node_count - n, 0))
+    states = {slot: sentinel_state(p) for slot in range(p.max_batch)}
+    counts = dict.fromkeys(states, base)
+    for slot, state in states.items():
+        await slots.load(slot, state)
+    plan, expected_dropped = [], []
+    for index in range(bench.cfg["figure_requests"]):
+        slot = index % p.max_batch
+        if counts[slot] + n > p.max_node_count:
+            counts[slot] = base
+        request = random_request(bench.np_rng, p, tree_width=width, cumu_count=counts[slot],
+                                 verify_num=verify_num)
+        expected_dropped.append(check_request(p, request))
+        counts[slot] += n
+        plan.append((slot, request))
+        states[slot], _ = golden_apply(p, states[slot], request)
+    start = slots.clock
+    records, firsts, dones = await slots.run_requests(plan)
+    cycles = slots.clock - start
+    for (slot, _), record, dropped in zip(plan, records, expected_dropped, strict=True):
+        _check_done(record, slot, dropped, "figures")
+    for slot, state in states.items():
+        _assert_same(await slots.dump(slot), state, f"figures slot {slot}")
+    latency = dones[0] - firsts[0]
+    interval = (dones[-1] - dones[0]) / (len(dones) - 1) if len(dones) > 1 else float(latency)
+    label = f"K={p.node_top_k}, W={width}, verify_num={verify_num}"
+    bench.log(f"K2 cycles per request ({label}): {interval:.1f} back to back, "
+              f"latency {latency} cycles from first beat to done")
+    write_summary(vectors=len(plan), cycles=cycles, latency_cycles=latency,
+                  initiation_interval=interval,
+                  extra={f"cycles/request ({label})": round(interval, 2),
+                         "append+merge latency": f"{latency} cycles"})
+
+
+@cocotb.test()
+async def capture(dut):
+    """The CUDA capture through golden and RTL, bit for bit."""
+    _, slots = await _start(dut)
+    await _replay(slots, CAPTURE, "CUDA capture")
+
+
+@cocotb.test()
+async def case(dut):
+    """The case file of ``CASE=`` through golden and RTL, bit for bit."""
+    bench, slots = await _start(dut)
+    await _replay(slots, bench.cfg["case"], bench.cfg["case"])
 
 
 @cocotb.test()
 async def directed(dut):
     """The directed cases, each on a freshly loaded slot, with idle and back-pressure."""
-    if _measuring():
-        return
-    cfg, p, kernel = await _setup(dut)
-    if not cfg.get("directed", True):
-        return
-    kernel.stress(cfg["idle"], cfg["backpressure"], host=False)
-    start = kernel.bench.cycle
-    cases = directed_cases(p, seed=cfg["seed"])
+    bench, slots = await _start(dut)
+    p = bench.params
+    slots.stress(bench.cfg["idle"], bench.cfg["backpressure"], host=False)
+    start = slots.clock
+    cases = directed_cases(p, seed=bench.seed)
     failures = []
     for name, slot, state, request in cases:
         dropped = check_request(p, request)
         expected, _ = golden_apply(p, state, request)
-        await kernel.load(slot, state)
-        (record,), _, _ = await kernel.run_requests([(slot, request)])
+        await slots.load(slot, state)
+        (record,), _, _ = await slots.run_requests([(slot, request)])
         _check_done(record, slot, dropped, name)
         scalars = ", ".join(f"{key}={request[key]}" for key in SCALAR_NAMES)
-        failures += compare_states(await kernel.dump(slot), expected,
+        failures += compare_states(await slots.dump(slot), expected,
                                    context=f"{name} (slot {slot}, {scalars}): ")
     assert not failures, "\n".join(failures)
-    kernel.log.info(f"{len(cases)} directed cases bit-exact with the golden")
-    _report(vectors=len(cases), cycles=kernel.bench.cycle - start,
-            extra={"directed cases": len(cases)})
+    bench.log(f"{len(cases)} directed cases bit-exact with the golden")
+    write_summary(vectors=len(cases), directed_vectors=len(cases),
+                  extra={"directed cases": len(cases),
+                         "directed cycles": slots.clock - start})
 
 
 @cocotb.test()
-async def random_requests(dut):
-    """Chained random requests over all slots, idle and back-pressure, dumps after each."""
-    if _measuring():
-        return
-    cfg, p, kernel = await _setup(dut)
-    if cfg["random_requests"] < 1:
-        return
-    kernel.stress(cfg["idle"], cfg["backpressure"])
-    rng = np.random.default_rng(cfg["seed"] + 1)
-    start = kernel.bench.cycle
+async def random(dut):
+    """Chained random requests over all slots, idle and back-pressure, dumps after each
+    group of ``requests_per_batch``."""
+    bench, slots = await _start(dut)
+    p, cfg = bench.params, bench.cfg
+    slots.stress(cfg["idle"], cfg["backpressure"])
+    rng = np.random.default_rng(bench.seed + 1)
     states = {}
     for slot in range(p.max_batch):
         states[slot] = random_state(rng, p) if slot % 2 else sentinel_state(p)
-        await kernel.load(slot, states[slot])
+        await slots.load(slot, states[slot])
     counts = dict.fromkeys(states, 1)
-    batch = max(1, cfg.get("requests_per_batch", 3))
+    batch = max(1, cfg["requests_per_batch"])
     done = 0
     while done < cfg["random_requests"]:
         plan = []
@@ -298,16 +267,15 @@ async def random_requests(dut):
             if counts[slot] > p.max_node_count:
                 counts[slot] = int(rng.integers(0, p.max_node_count // 2 + 1))
             states[slot], _ = golden_apply(p, states[slot], request)
-        records, _, _ = await kernel.run_requests([(slot, req) for slot, req, _ in plan])
+        records, _, _ = await slots.run_requests([(slot, req) for slot, req, _ in plan])
         for (slot, _, dropped), record in zip(plan, records, strict=True):
             _check_done(record, slot, dropped, f"random request {done}")
         for slot in sorted({slot for slot, _, _ in plan}):
-            _assert_same(await kernel.dump(slot), states[slot],
+            _assert_same(await slots.dump(slot), states[slot],
                          f"random requests up to {done + len(plan)}, slot {slot}")
         done += len(plan)
-    kernel.log.info(f"{done} random requests bit-exact with the golden")
-    _report(vectors=done, cycles=kernel.bench.cycle - start,
-            extra={"random requests": done})
+    bench.log(f"{done} random requests bit-exact with the golden")
+    write_summary(vectors=done, random_vectors=done, extra={"random requests": done})
 
 
 def _root_state(p):
@@ -337,24 +305,21 @@ async def measurement(dut):
     back-pressure from the first host command to the last answer; the final state of every slot
     is then dumped and checked against the golden run of the same round.
     """
-    if not _measuring():
-        return
-    cfg, p, kernel = await _setup(dut)
-    spec = cfg["measure"]
+    bench, slots = await _start(dut)
+    p, spec = bench.params, bench.cfg["measure"]
     batch, depth, width, verify_num = (spec["batch"], spec["depth"], spec["tree_width"],
                                        spec["verify_num"])
     k = p.node_top_k
-    rng = np.random.default_rng(cfg["seed"])
+    rng = bench.np_rng
     # The memories hold zeros after reset: only the root's three elements need writing.
-    kernel.known = {slot: {name: np.zeros_like(value) for name, value in _root_state(p).items()}
-                    for slot in range(batch)}
+    slots.known = {slot: {name: np.zeros_like(value) for name, value in _root_state(p).items()}
+                   for slot in range(batch)}
     states = {slot: _root_state(p) for slot in range(batch)}
     frontier = dict.fromkeys(states, np.array([0], dtype=np.int64))
     operations = 0
-    cmd_start = len(kernel.cmd.accepted_at)
     for slot in range(batch):
-        await kernel.load(slot, states[slot])
-    interval = None
+        await slots.load(slot, states[slot])
+    dones = []
     for d in range(1, depth + 1):
         w = 1 if d == 1 else width
         cumu = 1 if d == 1 else 1 + k + (d - 2) * width * k
@@ -370,32 +335,15 @@ async def measurement(dut):
             n = w * k
             operations += n + min(max(min(verify_num, p.max_verify_num), 1), cumu + n)
             plan.append((slot, request))
-        records, _, dones = await kernel.run_requests(plan)
-        if batch > 1:
-            interval = (dones[-1] - dones[0]) / (batch - 1)
+        _, _, dones = await slots.run_requests(plan)
         for slot in range(batch):
-            await kernel.host(dump_commands(p, slot, (Region.OUTPUT,)))
-    cycles = kernel.rsp.accepted_at[-1] - kernel.cmd.accepted_at[cmd_start] + 1
-    ports = {
-        "req": port_bytes(len(kernel.req.accepted_at), len(dut.req__payload)),
-        "host_cmd": port_bytes(len(kernel.cmd.accepted_at) - cmd_start,
-                               len(dut.host_cmd__payload)),
-        "done": port_bytes(len(kernel.done.accepted_at), len(dut.done__payload)),
-        "host_rsp": port_bytes(len(kernel.rsp.accepted_at), len(dut.host_rsp__payload)),
-    }
+            await slots.host(dump_commands(p, slot, (Region.OUTPUT,)))
+    timed = {name: list(cycles) for name, cycles in slots.at.items()}
     for slot in range(batch):
-        _assert_same(await kernel.dump(slot), states[slot], f"measured round, slot {slot}")
-    measurement = {
-        "cycles": cycles,
-        "bytes_in": ports["req"] + ports["host_cmd"],
-        "bytes_out": ports["done"] + ports["host_rsp"],
-        "operations": operations,
-        "invocations": depth,
-        "ports": ports,
-        "notes": f"{depth} calls (one per depth) of B={batch} requests, K={k}, W={width}, "
-                 f"verify_num={verify_num}; root writes and the K output rows per request "
-                 "and depth over the host port included",
-    }
-    if interval is not None:
-        measurement["initiation_interval"] = interval
-    write_summary(vectors=batch * depth, cycles=cycles, measurement=measurement)
+        _assert_same(await slots.dump(slot), states[slot], f"measured round, slot {slot}")
+    bench.measurement(
+        timed, ("req", "host_cmd"), ("done", "host_rsp"), operations=operations,
+        invocations=depth, interval_of=dones,
+        notes=f"{depth} calls (one per depth) of B={batch} requests, K={k}, W={width}, "
+              f"verify_num={verify_num}; root writes and the K output rows per request and "
+              "depth over the host port included")

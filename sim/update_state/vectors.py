@@ -228,6 +228,15 @@ def directed_cases(params, seed=2024):
     return cases
 
 
+def _shaped(case, name, values, shape):
+    """``values`` (a tensor of ``case``) reshaped to ``shape``, or a ``ValueError`` naming the
+    file and the tensor."""
+    if values.size != int(np.prod(shape)):
+        raise ValueError(f"{case.path}: tensor {name!r} has {values.size} values, the case's "
+                         f"scalars give {' x '.join(map(str, shape))}")
+    return values.reshape(shape)
+
+
 def read_update_case(path):
     """A K2 case file as ``(scalars, states, requests, expected)``.
 
@@ -253,7 +262,7 @@ def read_update_case(path):
         reader = case.f32 if state_name in FLOAT_NAMES else case.i64
         if state_name == "output_tree_mask":
             reader = case.bool_
-        return reader(name).reshape((b, *shapes[state_name]))
+        return _shaped(case, name, reader(name), (b, *shapes[state_name]))
 
     states = [{name: read(f"initial_{name}", name)[r].copy() for name in STATE_NAMES}
               for r in range(b)]
@@ -261,15 +270,12 @@ def read_update_case(path):
     if all(f"expected_{name}" in case for name in STATE_NAMES):
         expected = [{name: read(f"expected_{name}", name)[r].copy() for name in STATE_NAMES}
                     for r in range(b)]
-    inputs = {
-        "topk_probas": case.f32("topk_probas").reshape(b, n),
-        "topk_tokens": case.i64("topk_tokens").reshape(b, n),
-        "sorted_scores": case.f32("sorted_scores").reshape(b, n),
-        "sorted_indexs": case.i64("sorted_indexs").reshape(b, n),
-        "parent_indexs": case.i64("parent_indexs").reshape(b, k),
-        "topk_indexs": case.i64("topk_indexs").reshape(b, w),
-        "input_tree_mask": case.bool_("input_tree_mask").reshape(b, w, cols),
-    }
+    readers = {"topk_probas": (case.f32, n), "topk_tokens": (case.i64, n),
+               "sorted_scores": (case.f32, n), "sorted_indexs": (case.i64, n),
+               "parent_indexs": (case.i64, k), "topk_indexs": (case.i64, w),
+               "input_tree_mask": (case.bool_, (w, cols))}
+    inputs = {name: _shaped(case, name, reader(name), (b, *np.atleast_1d(size)))
+              for name, (reader, size) in readers.items()}
     requests = [{**{name: values[r].copy() for name, values in inputs.items()},
                  **{name: scalars[name] for name in ("tree_width", "input_count", "cumu_count",
                                                       "verify_num", "curr_depth")}}

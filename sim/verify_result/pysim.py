@@ -7,23 +7,18 @@ idle cycles and back-pressure, and checks every call against the golden (``vecto
 import numpy as np
 
 from hw.kernels.verify_result import VerifyResult
-from sim.tree_mask.pysim import run_streams
+from sim.amaranth_tb import records, run_streams
 
 from .vectors import check, command, expected, node_fields, request_fields
 
 __all__ = ["run_on_amaranth"]
 
 
-def _records(items, layout):
-    return {name: np.array([int(getattr(item, name)) for item in items], dtype=object)
-            for name, _ in layout}
-
-
 def run_on_amaranth(parameters: dict, calls, *, idle=0.0, backpressure=0.0, seed=0) -> None:
     """Run ``calls`` back to back on ``VerifyResult(**parameters)``; raise
     ``AssertionError`` on the first difference from the golden."""
     dut = VerifyResult(**parameters)
-    flat_bits, maxs = dut.flat_bits, dut.max_speculative_tokens
+    flat_bits, maxs = dut.params.flat_bits, dut.max_speculative_tokens
     lengths = [int(np.sum(expected(c)["accept_length"])) for c in calls]
     commands = [command(c) for c in calls]
     nodes, requests = [], []
@@ -44,7 +39,8 @@ def run_on_amaranth(parameters: dict, calls, *, idle=0.0, backpressure=0.0, seed
         [(dut.commit, sum(lengths)), (dut.result, len(requests))], idle=idle,
         backpressure=backpressure, seed=seed,
         max_cycles=int(work / (1 - max(idle, backpressure)) ** 2) * 2 + 1000)
-    commit, result = _records(commits, dut.commit_layout), _records(results, dut.result_layout)
+    commit = records(commits, dut.params.commit_layout)
+    result = records(results, dut.params.result_layout)
     k = r = 0
     for c, length in zip(calls, lengths, strict=True):
         check(c, {key: v[k:k + length] for key, v in commit.items()},

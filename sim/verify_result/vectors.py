@@ -26,7 +26,7 @@ from sim.tree_mask.vectors import grown_call, manual_call
 __all__ = ["Call", "OUTPUT_NAMES", "SENTINEL", "expected", "command", "node_fields",
            "request_fields", "decode", "check", "greedy_call", "random_call", "directed_calls",
            "perf_call", "verify_step_call", "call_from_case", "example_case",
-           "write_example_case", "EXAMPLE_CASE"]
+           "write_example_case", "write_case_file", "EXAMPLE_CASE"]
 
 I32, I64 = np.int32, np.int64
 SENTINEL = -777
@@ -419,7 +419,12 @@ def example_case() -> Call:
 
 def write_example_case(path=EXAMPLE_CASE) -> None:
     """Write ``example_case()`` with its golden results in the project's case format."""
-    call = example_case()
+    write_case_file(example_case(), path)
+
+
+def write_case_file(call: Call, path) -> None:
+    """Write ``call`` with its golden results in the project's case format (read back by
+    ``call_from_case``)."""
     want = expected(call)
     tensors = {name: getattr(call, name) for name in _INPUTS}
     tensors.update({"batch_size": call.batch_size, "num_draft_tokens": call.n,

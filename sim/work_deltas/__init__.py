@@ -1,64 +1,16 @@
 """Simulation target of K3 ``calculate_work_deltas`` + width policy: ``work_deltas``.
 
 ``vectors`` makes the calls (directed, random, the throughput call, case files) and asks the
-golden models for their results, ``tb`` is the cocotb testbench. ``run_parameters`` runs the
-same testbench on a DUT built with other parameters (``make sim`` uses the defaults);
-``measure`` is the cycle-budget protocol of docs/contributing.md.
+golden models for their results, ``tb`` is the cocotb testbench (phases ``figures``,
+``directed``, ``random``, ``case``, ``measurement``).
 """
 
-from ..targets import SimTarget
+from ..targets import SimTarget, check_limits
 
-__all__ = ["PARAMETERS", "CONFIG", "TARGETS", "make_dut", "run_parameters", "measure",
-           "draft_round_cumu_counts"]
+__all__ = ["PARAMETERS", "TARGET", "TARGETS", "draft_round_cumu_counts"]
 
 # The DUT of `make sim KERNEL=work_deltas` (the defaults of hw.kernels.work_deltas.WorkDeltas).
 PARAMETERS = {"node_top_k": 8, "max_verify_num": 64, "lanes": 8, "max_batch_size": 256}
-
-CONFIG = {
-    "parameters": PARAMETERS,
-    "vectors": 400,  # random calls, with idle and back-pressure
-    "idle": 0.3,
-    "backpressure": 0.3,
-    # The throughput figure: K = 8, verify_num = 64, a full verify set (ws0 = 64).
-    "perf": {"batch_size": 64, "verify_num": 64, "cumu_count": 1000},
-}
-
-
-def make_dut(**parameters):
-    """``WorkDeltas`` at ``PARAMETERS``, updated by ``parameters``."""
-    from hw.kernels.work_deltas import WorkDeltas
-
-    return WorkDeltas(**{**PARAMETERS, **parameters})
-
-
-def run_parameters(parameters: dict, *, overrides: dict | None = None, seed: int | None = None,
-                   case=None, log_file=None, log=print) -> dict:
-    """Build (or reuse) the model of ``WorkDeltas(**parameters)`` and run the ``work_deltas``
-    testbench on it; returns the summary (``sim.targets.run_target`` for other parameters).
-
-    Parameters
-    ----------
-    parameters : dict
-        ``WorkDeltas`` keyword arguments (missing ones take ``PARAMETERS``).
-    overrides : dict or None
-        Testbench configuration entries to change (``vectors``, ``idle``, ``perf`` ...).
-    seed, case, log_file, log
-        As for ``sim.targets.run_target``.
-    """
-    from pathlib import Path
-
-    from ..harness import build_model, run_testbench
-    from ..targets import DEFAULT_SEED
-
-    parameters = {**PARAMETERS, **parameters}
-    config = {**CONFIG, **(overrides or {}), "parameters": parameters}
-    if case is not None:
-        config["case"] = str(Path(case).resolve())
-    # One top name for every parameter set: the model cache is keyed by the Verilog, so the
-    # default parameters share the model of `make sim KERNEL=work_deltas`.
-    model = build_model(make_dut(**parameters), name="work_deltas", log=log)
-    return run_testbench(model, "sim.work_deltas.tb", config,
-                         seed=DEFAULT_SEED if seed is None else seed, log_file=log_file)
 
 
 def draft_round_cumu_counts(node_top_k: int, tree_width: int, depth: int) -> list[int]:
@@ -68,41 +20,57 @@ def draft_round_cumu_counts(node_top_k: int, tree_width: int, depth: int) -> lis
                   for d in range(2, depth + 1)]
 
 
-def measure(point: dict, *, seed: int, log_file=None) -> dict:
-    """K3's cycle budget over one draft round at a benchmark contract point.
+class WorkDeltasTarget(SimTarget):
+    def case_parameters(self, case, parameters):
+        """The case's ``node_top_k``; ``max_verify_num`` and ``max_batch_size`` raised to the
+        case's ``max_verify_num`` and ``batch_size`` (``lanes`` as given)."""
+        from .vectors import call_from_case
 
-    One ``WorkDeltas`` call per depth (``cumu_count`` from ``draft_round_cumu_counts`` at
-    ``tree_width``, the width policy's upper bound), each with the whole batch; the calls run
-    back to back without idle or back-pressure on a DUT with ``node_top_k = K``,
-    ``max_verify_num = max(64, verify_num)``, 8 lanes, ``max_batch_size = max(256, batch)``.
-    The timing does not depend on the score values (random descending probabilities, checked
-    against the golden). ``cycles``: first ``cmd`` transfer to last ``deltas`` transfer.
-    ``operations``: float32 operations, ``3K`` adds per request and depth (gains, running
-    sums, accumulations) plus ``K`` marginal subtractions and one multiply per call.
-    ``initiation_interval``: cycles per request in the last depth's call.
-    """
-    k, width, depth = point["node_top_k"], point["tree_width"], point["depth"]
-    verify_num, batch = point["verify_num"], point["batch"]
-    parameters = {"node_top_k": k,
-                  "max_verify_num": max(PARAMETERS["max_verify_num"], verify_num),
-                  "max_batch_size": max(PARAMETERS["max_batch_size"], batch)}
-    spec = {"batch_size": batch, "verify_num": verify_num,
-            "cumu_counts": draft_round_cumu_counts(k, width, depth)}
-    summary = run_parameters(parameters, overrides={"measure": spec}, seed=seed,
-                             log_file=log_file)
-    return summary["measurement"]
+        call, _, _ = call_from_case(case)
+        return {**parameters, "node_top_k": call.node_top_k,
+                "max_verify_num": max(parameters["max_verify_num"], call.max_verify_num),
+                "max_batch_size": max(parameters["max_batch_size"], call.batch_size)}
+
+    def measure_parameters(self, point):
+        """K3's cycle budget over one draft round: one ``WorkDeltas`` call per depth
+        (``cumu_count`` from ``draft_round_cumu_counts`` at ``tree_width``, the width policy's
+        upper bound), each with the whole batch, back to back without idle or back-pressure on
+        a DUT with ``node_top_k = K``, ``max_verify_num = max(64, verify_num)``, 8 lanes,
+        ``max_batch_size = max(256, batch)``. The timing does not depend on the score values
+        (random descending probabilities, checked against the golden). ``cycles``: first
+        ``cmd`` transfer to last ``deltas`` transfer. ``operations``: float32 operations,
+        ``3K`` adds per request and depth (gains, running sums, accumulations) plus ``K``
+        marginal subtractions and one multiply per call. ``initiation_interval``: cycles per
+        request in the last depth's call."""
+        from hw.kernels.work_deltas import MAX_NODE_TOP_K
+
+        k, verify_num, batch = point["node_top_k"], point["verify_num"], point["batch"]
+        check_limits({"K": (k, MAX_NODE_TOP_K, "node_top_k")})
+        parameters = {**PARAMETERS, "node_top_k": k,
+                      "max_verify_num": max(PARAMETERS["max_verify_num"], verify_num),
+                      "max_batch_size": max(PARAMETERS["max_batch_size"], batch)}
+        spec = {"batch_size": batch, "verify_num": verify_num,
+                "cumu_counts": draft_round_cumu_counts(k, point["tree_width"], point["depth"])}
+        return parameters, spec
 
 
-TARGETS = [
-    SimTarget(
-        name="work_deltas",
-        description="K3 calculate_work_deltas + width policy vs golden "
-                    "(directed + random calls, CASE= replay)",
-        make_dut=make_dut,
-        testbench="sim.work_deltas.tb",
-        config=CONFIG,
-        takes_case=True,
-        figures_config={"vectors": 0},
-        measure=measure,
-    ),
-]
+TARGET = WorkDeltasTarget(
+    "work_deltas",
+    "K3 calculate_work_deltas + width policy vs golden (directed + random calls, CASE= "
+    "replay)",
+    component="hw.kernels.work_deltas:WorkDeltas",
+    testbench="sim.work_deltas.tb",
+    parameters=PARAMETERS,
+    config={
+        "vectors": 400,  # random calls, with idle and back-pressure
+        "idle": 0.3,
+        "backpressure": 0.3,
+        # The throughput figure: K = 8, verify_num = 64, a full verify set (ws0 = 64).
+        "perf": {"batch_size": 64, "verify_num": 64, "cumu_count": 1000},
+    },
+    phases=("figures", "directed", "random"),
+    figures_config={"vectors": 0},
+    case_tests=("case",),
+)
+
+TARGETS = [TARGET]

@@ -4,9 +4,9 @@ A ``Call`` is one ``calculate_work_deltas`` + ``width_policy`` invocation: the `
 rows ``[B, MAXV+K]`` and the scalars. ``expected`` asks the golden models for the result,
 ``command``/``score_beats`` turn a call into the DUT's stream payloads, ``check`` compares the
 ``deltas`` beats by bit pattern. ``random_call`` and ``directed_calls`` make the vectors of the
-testbenches, ``example_case``/``write_example_case`` the case file of
-``golden/captures/work_deltas_example_case.txt`` (``python -m sim.work_deltas.vectors``
-rewrites it).
+testbenches, ``write_case_file`` writes a call as a case file, ``example_case``/
+``write_example_case`` the case file of ``golden/captures/work_deltas_example_case.txt``
+(``python -m sim.work_deltas.vectors`` rewrites it).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from golden.cases import CAPTURES_DIR, read_case, write_case
 
 __all__ = ["Call", "expected", "command", "score_beats", "check", "random_call",
            "directed_calls", "perf_call", "call_from_case", "example_case",
-           "write_example_case", "EXAMPLE_CASE"]
+           "write_example_case", "write_case_file", "EXAMPLE_CASE"]
 
 F32 = np.float32
 EXAMPLE_CASE = CAPTURES_DIR / "work_deltas_example_case.txt"
@@ -355,7 +355,11 @@ def example_case() -> Call:
 
 def write_example_case(path=EXAMPLE_CASE) -> None:
     """Write ``example_case()`` and its golden results in the project's case format."""
-    call = example_case()
+    write_case_file(example_case(), path)
+
+
+def write_case_file(call: Call, path) -> None:
+    """Write ``call`` and its golden results as a case file (``call_from_case`` reads it)."""
     deltas, width = expected(call)
     write_case(path, {
         "work_scores": call.work_scores,

@@ -1,9 +1,10 @@
-"""Shared pieces of the build flow (``hw.build``) and the reports (``hw.report``).
+"""Shared pieces of the build flow (``flow.build``), the reports (``flow.report``) and the
+resource estimates (``flow.synth``).
 
-* Kernel discovery: a kernel is a module ``hw/kernels/<name>.py`` that defines
-  ``synthesis_configuration(**overrides)``; other modules there (helpers such as ``gather``)
-  are skipped. Modules are imported only when asked for, so a half-written kernel does not
-  stop another one from being built.
+* Kernel discovery (the one place that finds kernels): a kernel is a module
+  ``hw/kernels/<name>.py`` that defines ``synthesis_configuration(**overrides)``; other modules
+  there (helpers such as ``gather``) are skipped. Modules are imported only when asked for, so
+  a half-written kernel does not stop another one from being built.
 * Simulation-target lookup: the target of kernel ``<name>`` is the ``SimTarget`` called
   ``<name>`` in ``sim/<name>/__init__.py`` (only that package is imported).
 * ``Console``: numbered step progress on the console, everything also in one log file.
@@ -16,7 +17,6 @@ import importlib.util
 import inspect
 import pkgutil
 import platform
-import re
 import sys
 import traceback
 import warnings
@@ -25,11 +25,13 @@ from pathlib import Path
 
 from amaranth.hdl import UnusedElaboratable
 
+from golden._abi import ParameterError
+from sim.harness import REPO_ROOT
+
 __all__ = ["REPO_ROOT", "KERNEL_PACKAGE", "SIM_PACKAGE", "FlowError", "Kernel",
            "kernel_module_names", "load_kernel", "discover_kernels", "find_sim_target",
            "configure_kernel", "Console", "tool_versions", "git_revision", "TOOL_PACKAGES"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 KERNEL_PACKAGE = "hw.kernels"
 SIM_PACKAGE = "sim"
 
@@ -109,10 +111,6 @@ def find_sim_target(kernel: str, package: str | None = None):
     return None, f"{package}/{kernel}/ declares no simulation target named `{kernel}`"
 
 
-def _backticked(text: str) -> list[str]:
-    return re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", text)
-
-
 def configure_kernel(kernel: Kernel, overrides: dict, origins: dict | None = None):
     """``kernel.factory(**overrides)``; errors become ``FlowError`` naming the kernel and the
     parameter.
@@ -157,8 +155,9 @@ def configure_kernel(kernel: Kernel, overrides: dict, origins: dict | None = Non
         try:
             return kernel.factory(**overrides)
         except (ValueError, TypeError) as error:
-            named = [name for name in _backticked(str(error)) if name in overrides]
-            if not named:  # TypeError: unexpected keyword argument 'x'
+            if isinstance(error, ParameterError):  # the kernel's checks name the parameter
+                named = [error.parameter] if error.parameter in overrides else []
+            else:  # Python's own "unexpected keyword argument 'x'"
                 named = [name for name in overrides if f"'{name}'" in str(error)]
             which = (f"; rejected parameter {', '.join(map(described, named))}"
                      if named else "")
