@@ -155,6 +155,25 @@ class KernelBench:
         return Transfers(items={name: sink.items for name, sink in sinks.items()}, at=at,
                          cycles=cycles)
 
+    def check_golden_against_case(self, want: dict, file_expected: dict) -> None:
+        """Assert that the golden's outputs ``want`` equal the case file's ``expected_*``
+        tensors (``file_expected``, name -> int64 array; those the file has)."""
+        differing = golden_matches_case(want, file_expected)
+        assert not differing, \
+            f"golden differs from the case's expected_{', expected_'.join(differing)}"
+
+    def case_replayed(self, file_expected: dict, output_names, *, requests: int, cycles: int,
+                      **extra) -> None:
+        """Log and summarise a replayed case (``config["case"]``): RTL == golden == the
+        ``expected_*`` tensors of ``file_expected``; ``extra`` goes into the summary."""
+        path, checked = self.cfg["case"], sorted(file_expected)
+        self.log(f"case {path}: RTL == golden" + (f" == expected_* ({', '.join(checked)})"
+                                                  if checked else "") + f" {extra}")
+        write_summary(vectors=1, requests=requests, cycles=cycles,
+                      extra={"case": str(path), **extra,
+                             "expected tensors": f"{len(checked)} of {len(output_names)} "
+                                                 "checked"})
+
     def port_bytes(self, at: dict[str, list[int]], names) -> dict[str, int]:
         """Port name -> bytes its beats moved (``sim.targets.port_bytes``)."""
         return {name: port_bytes(len(at[name]), len(getattr(self.dut, f"{name}__payload")))

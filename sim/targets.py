@@ -55,7 +55,9 @@ class SimTarget:
     config : dict
         Default testbench configuration (overridable per run).
     phases : tuple of str
-        The cocotb tests of a plain run, one per phase (empty: every test of the module).
+        The cocotb tests of a plain run, one per phase (empty: every test of the module);
+        by default the convention of the kernel testbenches: ``figures`` (no idle or
+        back-pressure), ``directed``, ``random`` (random idle and back-pressure).
     figures_tests : tuple of str
         The cocotb tests of the short run behind ``python -m hw.build``'s latency and
         initiation-interval figures (their summary's ``latency_cycles`` and
@@ -63,7 +65,8 @@ class SimTarget:
     figures_config : dict
         Configuration overrides for that run; empty: the default ``config``.
     case_tests : tuple of str
-        The cocotb tests of a case replay (``CASE=``); empty: the target takes no case files.
+        The cocotb tests of a case replay (``CASE=``), by default ``case``; empty: the target
+        takes no case files.
 
     Subclasses override ``case_parameters`` (build parameters a case file needs) and
     ``measure_parameters`` (the cycle budget), or ``measure`` itself.
@@ -71,8 +74,9 @@ class SimTarget:
 
     def __init__(self, name: str, description: str, *, component: Callable, testbench: str,
                  parameters: dict | None = None, config: dict | None = None,
-                 phases: tuple[str, ...] = (), figures_tests: tuple[str, ...] = ("figures",),
-                 figures_config: dict | None = None, case_tests: tuple[str, ...] = ()):
+                 phases: tuple[str, ...] = ("figures", "directed", "random"),
+                 figures_tests: tuple[str, ...] = ("figures",),
+                 figures_config: dict | None = None, case_tests: tuple[str, ...] = ("case",)):
         self.name = name
         self.description = description
         self.component = component

@@ -48,9 +48,6 @@ TARGET = ActiveSlotsTarget(
         # The throughput figure: a full batch, a tenth of the requests finished.
         "perf": {"batch_size": 256, "finished_fraction": 0.1},
     },
-    phases=("figures", "directed", "random"),
-    figures_config={"vectors": 0},
-    case_tests=("case",),
 )
 
 TARGETS = [TARGET]

@@ -27,7 +27,7 @@ from sim.active_slots.vectors import (
     perf_call,
     random_call,
 )
-from sim.bench import KernelBench, golden_matches_case, write_summary
+from sim.bench import KernelBench, write_summary
 
 INPUTS, OUTPUTS = ("cmd", "finished"), ("inverse", "slots", "count")
 
@@ -116,17 +116,11 @@ async def random(dut):
 async def case(dut):
     """The case file's call alone: RTL == golden == the case's ``expected_*``."""
     bench = await KernelBench.start(dut, ActiveSlotsParams)
-    path = bench.cfg["case"]
-    call, file_expected = call_from_case(path)
-    differing = golden_matches_case(expected(call), file_expected)
-    assert not differing, f"golden differs from the case's expected_{', expected_'.join(differing)}"
+    call, file_expected = call_from_case(bench.cfg["case"])
+    bench.check_golden_against_case(expected(call), file_expected)
     at = (await run_calls(bench, [call])).at
-    checked = sorted(file_expected)
-    bench.log(f"case {path}: RTL == golden" + (f" == expected_* ({', '.join(checked)})"
-                                               if checked else ""))
-    write_summary(vectors=1, requests=call.batch_size, cycles=at["count"][-1],
-                  extra={"case": str(path), "batch_size": call.batch_size,
-                         "expected tensors": f"{len(checked)} of {len(OUTPUT_NAMES)} checked"})
+    bench.case_replayed(file_expected, OUTPUT_NAMES, requests=call.batch_size,
+                        cycles=at["count"][-1], batch_size=call.batch_size)
 
 
 @cocotb.test()

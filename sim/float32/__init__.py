@@ -19,6 +19,8 @@ def _target(operation: str, description: str) -> SimTarget:
         parameters={"operation": operation},
         config={"vectors": 200_000, "idle": 0.25, "backpressure": 0.25},
         phases=("float32_core_matches_numpy",),
+        figures_tests=("float32_core_matches_numpy",),
+        case_tests=(),
     )
 
 

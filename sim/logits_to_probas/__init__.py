@@ -105,9 +105,7 @@ TARGET = LogitsToProbasTarget(
         "row_vocab": 8192,
         "row_vocab_small": 256,  # V of the gap and greedy figures
     },
-    phases=("figures", "directed", "random"),
     figures_config={"row_vocab": 4096},  # latency/II at V = 4096
-    case_tests=("case",),
 )
 
 TARGETS = [TARGET]

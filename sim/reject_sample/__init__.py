@@ -73,8 +73,6 @@ TARGET = RejectSampleTarget(
         "row_vocab": 128256,  # V of the final-row figure
     },
     phases=("figures", "directed", "random", "lfsr"),
-    figures_config={"random_calls": 0, "lfsr_trials": 0},
-    case_tests=("case",),
 )
 
 TARGETS = [TARGET]

@@ -64,8 +64,7 @@ class ScoreTarget(SimTarget):
                  phases: tuple[str, ...]):
         super().__init__(
             name, description, component=self.bench, testbench="sim.score.tb",
-            parameters=parameters, config={**_CONFIG, **config}, phases=phases,
-            case_tests=("case",))
+            parameters=parameters, config={**_CONFIG, **config}, phases=phases)
 
     def bench(self, **parameters):
         """``ScoreBench(**parameters)`` under this target's top-module name."""

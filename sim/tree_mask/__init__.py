@@ -103,7 +103,6 @@ TARGET = TreeMaskTarget(
     },
     # `stress_directed`: the directed calls once more under idle and back-pressure.
     phases=("figures", "directed", "random", "stress_directed"),
-    case_tests=("case",),
 )
 
 TARGETS = [TARGET]

@@ -18,7 +18,7 @@ import cocotb
 import numpy as np
 
 from hw.kernels.tree_mask import TreeMaskParams
-from sim.bench import KernelBench, golden_matches_case, write_summary
+from sim.bench import KernelBench, write_summary
 from sim.targets import draft_round_node_count
 from sim.tree_mask.vectors import (
     OUTPUT_NAMES,
@@ -128,25 +128,19 @@ async def case(dut):
     """The case file's call alone: RTL == golden == the case's ``expected_*``."""
     bench = await KernelBench.start(dut, TreeMaskParams)
     maxn, maxv = bench.params.max_node_count, bench.params.max_verify_num
-    path = bench.cfg["case"]
-    call, file_expected = call_from_case(path)
+    call, file_expected = call_from_case(bench.cfg["case"])
     assert call.cumu_count <= maxn and call.n(maxv) == call.n(max(call.verify_num, 1)), (
         f"the case (cumu_count {call.cumu_count}, verify_num {call.verify_num}) needs a "
         f"larger model than max_node_count = {maxn}, max_verify_num = {maxv} "
         "(sim.tree_mask.TARGET.case_parameters)")
-    differing = golden_matches_case(expected(call, maxv), file_expected)
-    assert not differing, f"golden differs from the case's expected_{', expected_'.join(differing)}"
+    bench.check_golden_against_case(expected(call, maxv), file_expected)
     run = await run_calls(bench, [call])
-    checked = sorted(file_expected)
-    tree = (f"B={call.batch_size}, cumu_count={call.cumu_count}, n={call.n(maxv)}, "
-            f"mode={call.mode}")
-    bench.log(f"case {path}: RTL == golden" + (f" == expected_* ({', '.join(checked)})"
-                                               if checked else "") + f" ({tree})")
-    write_summary(vectors=1, requests=call.batch_size,
-                  cycles=run.at["tree"][-1] if run.at["tree"] else 0,
-                  extra={"case": str(path), "tree": tree,
-                         "model": f"MAXN={maxn}, MAXV={maxv}, B<={bench.params.max_batch_size}",
-                         "expected tensors": f"{len(checked)} of {len(OUTPUT_NAMES)} checked"})
+    bench.case_replayed(
+        file_expected, OUTPUT_NAMES, requests=call.batch_size,
+        cycles=run.at["tree"][-1] if run.at["tree"] else 0,
+        tree=f"B={call.batch_size}, cumu_count={call.cumu_count}, n={call.n(maxv)}, "
+             f"mode={call.mode}",
+        model=f"MAXN={maxn}, MAXV={maxv}, B<={bench.params.max_batch_size}")
 
 
 @cocotb.test()

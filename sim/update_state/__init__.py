@@ -135,8 +135,6 @@ TARGET = UpdateStateTarget(
     config={"figure_requests": 8, "random_requests": 24, "requests_per_batch": 3,
             "idle": 0.2, "backpressure": 0.2},
     phases=("figures", "capture", "directed", "random"),
-    figures_config={"random_requests": 0},
-    case_tests=("case",),
 )
 
 TARGETS = [TARGET]

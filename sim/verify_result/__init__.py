@@ -68,9 +68,6 @@ TARGET = VerifyResultTarget(
         # The throughput figure: n = verify_num = 64 out of 256-node trees, S = 16.
         "perf": {"batch_size": 32, "verify_num": 64, "max_node_count": 256, "s": 16},
     },
-    phases=("figures", "directed", "random"),
-    figures_config={"vectors": 0},
-    case_tests=("case",),
 )
 
 TARGETS = [TARGET]

@@ -68,9 +68,6 @@ TARGET = WorkDeltasTarget(
         # The throughput figure: K = 8, verify_num = 64, a full verify set (ws0 = 64).
         "perf": {"batch_size": 64, "verify_num": 64, "cumu_count": 1000},
     },
-    phases=("figures", "directed", "random"),
-    figures_config={"vectors": 0},
-    case_tests=("case",),
 )
 
 TARGETS = [TARGET]
