@@ -24,7 +24,7 @@ from . import harness
 
 __all__ = ["SimTarget", "UnknownTargetError", "discover_targets", "run_target", "target",
            "NotMeasured", "port_bytes", "DEFAULT_SEED", "contract_spec",
-           "draft_round_node_count", "check_limits"]
+           "draft_round_node_count", "verify_tree_size", "check_limits"]
 
 DEFAULT_SEED = 1
 
@@ -205,6 +205,13 @@ def draft_round_node_count(node_top_k: int, tree_width: int, depth: int) -> int:
     """``cumu_count`` after a full-width draft round: the root, ``K`` nodes at depth 1, then
     ``W * K`` per further depth (``1 + K + (depth - 1) * W * K``)."""
     return 1 + node_top_k + (depth - 1) * tree_width * node_top_k
+
+
+def verify_tree_size(point: dict) -> tuple[int, int]:
+    """``(n, S)`` of a contract point's verify step: the verify set of its full-width draft
+    round (``min(verify_num, cumu_count)`` nodes) and ``S = depth + 1`` accepted tokens."""
+    nodes = draft_round_node_count(point["node_top_k"], point["tree_width"], point["depth"])
+    return min(point["verify_num"], nodes), point["depth"] + 1
 
 
 def check_limits(limits: dict[str, tuple[int, int, str]]) -> None:

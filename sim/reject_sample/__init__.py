@@ -10,7 +10,7 @@ kernel's), ``cases`` (case files). ``tb`` is the cocotb testbench (phases ``figu
 runner of the unit tests.
 """
 
-from ..targets import SimTarget, check_limits, contract_spec, draft_round_node_count
+from ..targets import SimTarget, check_limits, contract_spec, verify_tree_size
 
 __all__ = ["PARAMETERS", "TARGET", "TARGETS"]
 
@@ -47,10 +47,9 @@ class RejectSampleTarget(SimTarget):
         add per element) and the ``coin * sum`` multiply; the rescanned segment is not
         counted. ``initiation_interval``: cycles per request (``result`` packet ends).
         """
-        nodes = draft_round_node_count(point["node_top_k"], point["tree_width"], point["depth"])
-        check_limits({"n": (min(point["verify_num"], nodes), PARAMETERS["max_nodes"],
-                            "max_nodes"),
-                      "S": (point["depth"] + 1, PARAMETERS["max_steps"], "max_steps"),
+        n, s = verify_tree_size(point)
+        check_limits({"n": (n, PARAMETERS["max_nodes"], "max_nodes"),
+                      "S": (s, PARAMETERS["max_steps"], "max_steps"),
                       "V": (point["vocab"], PARAMETERS["max_vocab_size"], "max_vocab_size")})
         return PARAMETERS, contract_spec(point)
 

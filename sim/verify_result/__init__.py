@@ -5,7 +5,7 @@ directed cases, the throughput call) and asks the golden model for the results, 
 cocotb testbench (phases ``figures``, ``directed``, ``random``, ``case``, ``measurement``).
 """
 
-from ..targets import SimTarget, check_limits, contract_spec, draft_round_node_count
+from ..targets import SimTarget, check_limits, contract_spec, verify_tree_size
 
 __all__ = ["PARAMETERS", "TARGET", "TARGETS"]
 
@@ -43,14 +43,10 @@ class VerifyResultTarget(SimTarget):
         output transfer, no idle or back-pressure. ``operations``: two compares per accepted
         token (the EOS and length-limit finish checks) plus one add per request (the
         ``verified_id`` offset prefix sum). ``initiation_interval``: cycles per request."""
-        nodes = draft_round_node_count(point["node_top_k"], point["tree_width"],
-                                       point["depth"])
-        check_limits({
-            "n": (min(point["verify_num"], nodes), PARAMETERS["max_draft_tokens"],
-                  "max_draft_tokens"),
-            "S": (point["depth"] + 1, PARAMETERS["max_speculative_tokens"],
-                  "max_speculative_tokens"),
-            "B": (point["batch"], PARAMETERS["max_batch_size"], "max_batch_size")})
+        n, s = verify_tree_size(point)
+        check_limits({"n": (n, PARAMETERS["max_draft_tokens"], "max_draft_tokens"),
+                      "S": (s, PARAMETERS["max_speculative_tokens"], "max_speculative_tokens"),
+                      "B": (point["batch"], PARAMETERS["max_batch_size"], "max_batch_size")})
         return PARAMETERS, contract_spec(point)
 
 
