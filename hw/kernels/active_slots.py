@@ -21,7 +21,7 @@ from amaranth.hdl import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 
 from hw.lib.component import KernelComponent
-from hw.lib.params import check_int
+from hw.lib.params import ParameterRecord, parameter
 from hw.lib.stream import RegisterSlice, packet_layout
 
 __all__ = ["ActiveSlotsParams", "ActiveSlots", "synthesis_parameters",
@@ -29,20 +29,14 @@ __all__ = ["ActiveSlotsParams", "ActiveSlots", "synthesis_parameters",
 
 
 @dataclass(frozen=True)
-class ActiveSlotsParams:
+class ActiveSlotsParams(ParameterRecord):
     """Validated build parameters of :class:`ActiveSlots` and the port layouts they give
-    (testbenches and the host read layouts here without building the component).
+    (testbenches and the host read layouts here without building the component)."""
 
-    Parameters
-    ----------
-    max_batch_size : int
-        Largest ``batch_size`` (>= 1).
-    """
-
-    max_batch_size: int = 256
-
-    def __post_init__(self):
-        check_int("max_batch_size", self.max_batch_size, 1)
+    max_batch_size: int = parameter(
+        256, "Largest ``batch_size``: sets the width of ``batch_size`` "
+             "(``max_batch_size.bit_length()`` bits, every value of that width is accepted) and "
+             "of the row indices.")
 
     @property
     def batch_bits(self) -> int:
@@ -79,12 +73,7 @@ class ActiveSlotsParams:
 class ActiveSlots(KernelComponent):
     """Stable compaction of the unfinished batch rows.
 
-    Parameters
-    ----------
-    max_batch_size : int
-        Largest ``batch_size`` (>= 1): sets the width of ``batch_size``
-        (``max_batch_size.bit_length()`` bits, every value of that width is accepted) and of
-        the row indices.
+    Parameters: the fields of :class:`ActiveSlotsParams`.
 
     Members
     -------

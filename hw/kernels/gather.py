@@ -13,38 +13,23 @@ from amaranth.hdl import Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.lib.params import check_int, check_power_of_two
+from hw.lib.component import KernelComponent
+from hw.lib.params import ParameterRecord, parameter
 from hw.lib.stream import RegisterSlice, packet_layout
 
 __all__ = ["GatherParams", "HiddenStateGather"]
 
 
 @dataclass(frozen=True)
-class GatherParams:
-    """Validated build parameters of :class:`HiddenStateGather` and its port layouts.
+class GatherParams(ParameterRecord):
+    """Validated build parameters of :class:`HiddenStateGather` and its port layouts."""
 
-    Parameters
-    ----------
-    element_width : int
-        Bits per element: 32 for float32, 16 for float16/bfloat16 (copied bit for bit).
-    lanes : int
-        Elements per memory word and per output beat, a power of two.
-    max_hidden_size : int
-        Largest supported ``H``.
-    address_width : int
-        Bits of row numbers and word addresses.
-    """
-
-    element_width: int = 32
-    lanes: int = 8
-    max_hidden_size: int = 8192
-    address_width: int = 32
-
-    def __post_init__(self):
-        check_int("element_width", self.element_width, 1)
-        check_power_of_two("lanes", self.lanes, 1, None)
-        check_int("max_hidden_size", self.max_hidden_size, 1)
-        check_int("address_width", self.address_width, 1)
+    element_width: int = parameter(
+        32, "Bits per element: 32 for float32, 16 for float16/bfloat16 (copied bit for bit).")
+    lanes: int = parameter(8, "Elements per memory word and per output beat.",
+                           power_of_two=True)
+    max_hidden_size: int = parameter(8192, "Largest supported ``H``.")
+    address_width: int = parameter(32, "Bits of row numbers and word addresses.")
 
     def words_per_row(self, hidden_size: int) -> int:
         """``R = ceil(H / lanes)``: memory words (and output beats) per row."""
@@ -74,7 +59,7 @@ class GatherParams:
                 "read_data": self.word_layout, "o": self.output_layout}
 
 
-class HiddenStateGather(wiring.Component):
+class HiddenStateGather(KernelComponent):
     """Copies one hidden-state row per ``rows`` item from a memory read port to ``o``.
 
     Memory model: ``input_hidden_states`` ([B, W, H], row ``r = b*W + w``) is stored as words
@@ -92,7 +77,7 @@ class HiddenStateGather(wiring.Component):
     Parameters
     ----------
     element_width, lanes, max_hidden_size, address_width
-        See :class:`GatherParams`.
+        The fields of :class:`GatherParams`.
 
     Members
     -------
@@ -108,26 +93,17 @@ class HiddenStateGather(wiring.Component):
         The copied rows, ``R`` beats each; ``first``/``last`` delimit a row.
     """
 
-    def __init__(self, *, element_width: int = 32, lanes: int = 8, max_hidden_size: int = 8192,
-                 address_width: int = 32, src_loc_at: int = 0):
-        self._params = params = GatherParams(
-            element_width=element_width, lanes=lanes, max_hidden_size=max_hidden_size,
-            address_width=address_width)
-        super().__init__({
-            "hidden_size": In(range(max_hidden_size + 1)),
-            "rows": In(stream.Signature(address_width)),
-            "read_address": Out(stream.Signature(address_width)),
+    Params = GatherParams
+
+    def members(self, params) -> dict:
+        # `rows` and `read_address` carry bare integers (`address_layout` describes them).
+        return {
+            "hidden_size": In(range(params.max_hidden_size + 1)),
+            "rows": In(stream.Signature(params.address_width)),
+            "read_address": Out(stream.Signature(params.address_width)),
             "read_data": In(stream.Signature(params.word_layout)),
             "o": Out(stream.Signature(params.output_layout)),
-        }, src_loc_at=src_loc_at)
-
-    params = property(lambda self: self._params)
-    element_width = property(lambda self: self._params.element_width)
-    lanes = property(lambda self: self._params.lanes)
-    max_hidden_size = property(lambda self: self._params.max_hidden_size)
-    address_width = property(lambda self: self._params.address_width)
-    word_layout = property(lambda self: self._params.word_layout)
-    output_layout = property(lambda self: self._params.output_layout)
+        }
 
     def words_per_row(self, hidden_size: int) -> int:
         """``R = ceil(H / lanes)``: memory words (and output beats) per row."""

@@ -47,7 +47,7 @@ from golden.logits_to_probas import (
 from hw.lib.component import KernelComponent
 from hw.lib.float32 import Float32Multiply, float32_fields, float32_order_key
 from hw.lib.float32_dataflow import Float32Dataflow, Float32Sequencer
-from hw.lib.params import check_choice, check_int, check_power_of_two, index_bits
+from hw.lib.params import ParameterRecord, index_bits, parameter
 from hw.lib.pipeline import count_leading_zeros, stage
 from hw.lib.stream import packet_layout, stalling_handshake
 
@@ -209,33 +209,20 @@ def _uint_to_float32(value: Value, lz: Value, *, frac_bits: int):
 
 
 @dataclass(frozen=True)
-class LogitsToProbasParams:
+class LogitsToProbasParams(ParameterRecord):
     """Validated build parameters of :class:`LogitsToProbas` and the port layouts they give
-    (testbenches and the host read layouts here without building the component).
+    (testbenches and the host read layouts here without building the component)."""
 
-    Parameters
-    ----------
-    max_vocab_size : int
-        Largest ``V`` (1 to 2^24); sizes the row buffer (``ceil(max_vocab_size / lanes)``
-        words) and the token width.
-    lanes : int
-        Elements per beat and per clock in every pass (a power of two, 1 to 16).
-    input_format : str
-        ``"float32"`` or ``"bfloat16"`` (``logits`` lanes of 16 bits, converted exactly).
-    row_count_width : int
-        Width of the request's row count ``num_rows`` (1 to 32).
-    """
-
-    max_vocab_size: int = 131072
-    lanes: int = 1
-    input_format: str = "float32"
-    row_count_width: int = 16
-
-    def __post_init__(self):
-        check_int("max_vocab_size", self.max_vocab_size, 1, 1 << 24)
-        check_power_of_two("lanes", self.lanes, 1, 16)
-        check_choice("input_format", self.input_format, INPUT_FORMATS)
-        check_int("row_count_width", self.row_count_width, 1, 32)
+    max_vocab_size: int = parameter(
+        131072, "Largest ``V``; sizes the row buffer (``ceil(max_vocab_size / lanes)`` words) "
+                "and the token width.", hi=1 << 24)
+    lanes: int = parameter(1, "Elements per beat and per clock in every pass.", hi=16,
+                           power_of_two=True)
+    input_format: str = parameter(
+        "float32", "``bfloat16``: ``logits`` lanes of 16 bits, converted exactly.",
+        choices=INPUT_FORMATS)
+    row_count_width: int = parameter(16, "Width of the request's row count ``num_rows``.",
+                                     hi=32)
 
     @property
     def max_words(self) -> int:

@@ -37,7 +37,7 @@ from hw.lib.float32 import (
 from hw.lib.float32_divide import Float32Divide
 from hw.lib.lfsr import GaloisLFSR32
 from hw.lib.logic import first_set, or_tree
-from hw.lib.params import ParameterError, check_int, check_power_of_two, index_bits
+from hw.lib.params import ParameterError, ParameterRecord, index_bits, parameter
 from hw.lib.pipeline import stage
 from hw.lib.stream import RegisterSlice, packet_layout, stalling_handshake
 
@@ -81,60 +81,32 @@ _FINAL_ROW_STATES = (State.ROW, State.PASS1, State.SUM, State.DECIDE, State.SEAR
 
 
 @dataclass(frozen=True)
-class RejectSampleParams:
+class RejectSampleParams(ParameterRecord):
     """Validated build parameters of :class:`RejectSample` and the port layouts they give
-    (testbenches and the host read layouts here without building the component).
+    (testbenches and the host read layouts here without building the component)."""
 
-    Parameters
-    ----------
-    max_nodes : int
-        Largest ``n`` (draft tree positions per request, 1..1024).
-    max_steps : int
-        Largest ``S`` (``num_speculative_tokens``, 1..256).
-    max_vocab_size : int
-        Largest ``V`` (1..2^31).
-    lanes : int
-        float32 elements per memory word and per clock of the final-row stream (power of two,
-        1..64).
-    read_slots : int
-        Memory reads in flight and the final-row buffer (power of two, 4..4096): covers the
-        memory latency at full streaming rate.
-    segment_words : int
-        Words per stored running sum of the final row (power of two): the pick rescans one
-        segment.
-    token_width : int
-        Bits of token ids (candidates, ``predict``), 2..32 (32: SGLang's int32 ``predicts``);
-        must hold every token below ``max_vocab_size``.
-    index_width : int
-        Bits of ``retrive_index`` values (1..64).
-    address_width : int
-        Bits of word addresses (1..64).
-    divider_bits_per_stage : int
-        ``Float32Divide.bits_per_stage`` of the ``threshold_acc`` divider (1..25).
-    """
+    max_nodes: int = parameter(64, "Largest ``n`` (draft tree positions per request).",
+                               hi=1024)
+    max_steps: int = parameter(8, "Largest ``S`` (``num_speculative_tokens``).", hi=256)
+    max_vocab_size: int = parameter(131072, "Largest ``V``.", hi=1 << 31)
+    lanes: int = parameter(
+        8, "float32 elements per memory word and per clock of the final-row stream.", hi=64,
+        power_of_two=True)
+    read_slots: int = parameter(
+        32, "Memory reads in flight and the final-row buffer: covers the memory latency at full "
+            "streaming rate.", lo=4, hi=4096, power_of_two=True)
+    segment_words: int = parameter(
+        64, "Words per stored running sum of the final row: the pick rescans one segment.",
+        hi=1 << 20, power_of_two=True)
+    token_width: int = parameter(
+        32, "Bits of token ids (candidates, ``predict``; 32: SGLang's int32 ``predicts``); "
+            "must hold every token below ``max_vocab_size``.", lo=2, hi=32)
+    index_width: int = parameter(32, "Bits of ``retrive_index`` values.", hi=64)
+    address_width: int = parameter(32, "Bits of word addresses.", hi=64)
+    divider_bits_per_stage: int = parameter(
+        2, "``Float32Divide.bits_per_stage`` of the ``threshold_acc`` divider.", hi=25)
 
-    max_nodes: int = 64
-    max_steps: int = 8
-    max_vocab_size: int = 131072
-    lanes: int = 8
-    read_slots: int = 32
-    segment_words: int = 64
-    token_width: int = 32
-    index_width: int = 32
-    address_width: int = 32
-    divider_bits_per_stage: int = 2
-
-    def __post_init__(self):
-        check_int("max_nodes", self.max_nodes, 1, 1024)
-        check_int("max_steps", self.max_steps, 1, 256)
-        check_int("max_vocab_size", self.max_vocab_size, 1, 1 << 31)
-        check_power_of_two("lanes", self.lanes, 1, 64)
-        check_power_of_two("read_slots", self.read_slots, 4, 4096)
-        check_power_of_two("segment_words", self.segment_words, 1, 1 << 20)
-        check_int("token_width", self.token_width, 2, 32)
-        check_int("index_width", self.index_width, 1, 64)
-        check_int("address_width", self.address_width, 1, 64)
-        check_int("divider_bits_per_stage", self.divider_bits_per_stage, 1, 25)
+    def check(self):
         if (self.max_vocab_size - 1) >> self.token_width:
             raise ParameterError(
                 "token_width", f"`token_width` must hold every token below `max_vocab_size` "

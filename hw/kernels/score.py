@@ -10,13 +10,13 @@ figures: docs/decisions.md, "K1 hardware".
 
 from dataclasses import asdict, dataclass, fields
 from functools import cached_property
-from operator import attrgetter
 
 import numpy as np
 from amaranth.hdl import Array, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.lib.component import KernelComponent
 from hw.lib.params import ParameterError, check_power_of_two
 from hw.lib.stream import RegisterSlice
 
@@ -58,10 +58,10 @@ class ScoreParams(ScoreSortParams):
     max_hidden_size: int = 8192
     address_width: int = 32
 
-    def __post_init__(self):
+    def check(self):
         # The parts check their parameters, in this order (the gather calls `hidden_lanes`
         # `lanes`, so that one is checked here under the kernel's name).
-        super().__post_init__()
+        super().check()
         _ = self.remap
         check_power_of_two("hidden_lanes", self.hidden_lanes, 1, None)
         _ = self.gather
@@ -161,7 +161,7 @@ class ScoreParams(ScoreSortParams):
                     f"entries, not {np.asarray(hot_token_id).size}")
 
 
-class ScoreKernel(wiring.Component):
+class ScoreKernel(KernelComponent):
     """K1 ``draft_tree_layer_score_index_gen_op``: score + sort, token remap, hidden gather.
 
     * ``requests`` -> ``ScoreSortPipeline`` -> register slice -> ``results``: one beat per
@@ -203,32 +203,26 @@ class ScoreKernel(wiring.Component):
     hidden : Out(stream.Signature(params.hidden_layout))
     """
 
-    def __init__(self, *, node_top_k: int = 8, max_tree_width: int = 8, sort_width: int = 64,
-                 count_width: int = 32, stages_per_register: int = 1,
-                 hot_vocab_size: int = 32768, remap_lanes: int = 8, token_width: int = 32,
-                 element_width: int = 32, hidden_lanes: int = 8, max_hidden_size: int = 8192,
-                 address_width: int = 32, multiplier=None, src_loc_at: int = 0):
-        self._params = params = ScoreParams(
-            node_top_k=node_top_k, max_tree_width=max_tree_width, sort_width=sort_width,
-            count_width=count_width, stages_per_register=stages_per_register,
-            hot_vocab_size=hot_vocab_size, remap_lanes=remap_lanes, token_width=token_width,
-            element_width=element_width, hidden_lanes=hidden_lanes,
-            max_hidden_size=max_hidden_size, address_width=address_width)
+    Params = ScoreParams
+
+    def __init__(self, *, multiplier=None, src_loc_at: int = 0, **parameters):
         self._multiplier = multiplier
-        super().__init__({
+        super().__init__(src_loc_at=src_loc_at + 1, **parameters)
+
+    def members(self, params) -> dict:
+        # Not `params.ports` in order: two static inputs, and a bare-integer address stream.
+        return {
             "requests": In(stream.Signature(params.request_layout)),
             "results": Out(stream.Signature(params.result_layout)),
             "tokens": In(stream.Signature(params.token_layout)),
             "remapped_tokens": Out(stream.Signature(params.remapped_layout)),
             "hot_table": In(stream.Signature(params.table_layout)),
-            "hot_table_size": In(range(hot_vocab_size + 1)),
-            "hidden_size": In(range(max_hidden_size + 1)),
-            "hidden_read_address": Out(stream.Signature(address_width)),
+            "hot_table_size": In(range(params.hot_vocab_size + 1)),
+            "hidden_size": In(range(params.max_hidden_size + 1)),
+            "hidden_read_address": Out(stream.Signature(params.address_width)),
             "hidden_read_data": In(stream.Signature(params.hidden_word_layout)),
             "hidden": Out(stream.Signature(params.hidden_layout)),
-        }, src_loc_at=src_loc_at)
-
-    params = property(lambda self: self._params)
+        }
 
     def check_call(self, **call):
         """``params.check_call(**call)``: refuse a call this kernel cannot run exactly."""
@@ -315,16 +309,6 @@ class ScoreKernel(wiring.Component):
             with m.Else():
                 m.d.sync += child.eq(child + 1)
         return m
-
-
-# Every parameter, derived figure and port layout of ``ScoreParams`` is a read-only property of
-# the kernel (``kernel.node_top_k`` is ``kernel.params.node_top_k``).
-for _name in (*(field.name for field in fields(ScoreParams)), "max_candidates",
-              "score_latency", "request_layout", "result_layout", "token_layout",
-              "remapped_layout", "table_layout", "hidden_word_layout", "hidden_layout"):
-    setattr(ScoreKernel, _name, property(attrgetter(f"_params.{_name}"),
-                                         doc=f"``params.{_name}``"))
-del _name
 
 
 def synthesis_parameters(**overrides) -> ScoreParams:

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import data
 
 from hw.lib.bitonic import BitonicSorter, bitonic_stages, delay
+from hw.lib.component import KernelComponent
 from hw.lib.float32 import Float32Multiply
-from hw.lib.params import ParameterError, check_int
+from hw.lib.params import ParameterError, ParameterRecord, parameter
 from hw.lib.stream import packet_layout, stalling_handshake
 
 __all__ = ["SORT_PAD", "MAX_NODE_TOP_K", "SORT_WIDTHS", "ScoreSortParams", "ScoreSortPipeline"]
@@ -25,43 +25,26 @@ SORT_WIDTHS = (64, 128)
 
 
 @dataclass(frozen=True)
-class ScoreSortParams:
-    """Validated build parameters of :class:`ScoreSortPipeline` and its port layouts.
+class ScoreSortParams(ParameterRecord):
+    """Validated build parameters of :class:`ScoreSortPipeline` and its port layouts."""
 
-    Parameters
-    ----------
-    node_top_k : int
-        ``K``, 1..16.
-    max_tree_width : int
-        Largest runtime ``W``, 1..K, with ``max_tree_width * K <= sort_width``.
-    sort_width : int
-        Lanes of the network, 64 or 128 (§1 and its extension).
-    count_width : int
-        Bits of ``cumu_count`` and of ``cache`` (8..63). The host must refuse
-        ``cumu_count + N > 2**count_width`` (a cache index would wrap).
-    stages_per_register : int
-        Network stages between pipeline registers (1 .. the network's stage count).
-    """
+    node_top_k: int = parameter(8, "``K``.", hi=MAX_NODE_TOP_K)
+    max_tree_width: int = parameter(
+        8, "Largest runtime ``W``, with ``max_tree_width * K <= sort_width``.", hi="node_top_k")
+    sort_width: int = parameter(64, "Lanes of the network (§1 and its extension).",
+                                choices=SORT_WIDTHS)
+    count_width: int = parameter(
+        32, "Bits of ``cumu_count`` and of ``cache``. The host must refuse "
+            "``cumu_count + N > 2**count_width`` (a cache index would wrap).", lo=8, hi=63)
+    stages_per_register: int = parameter(
+        1, "Network stages between pipeline registers.", hi="stage_count")
 
-    node_top_k: int = 8
-    max_tree_width: int = 8
-    sort_width: int = 64
-    count_width: int = 32
-    stages_per_register: int = 1
-
-    def __post_init__(self):
-        k = check_int("node_top_k", self.node_top_k, 1, MAX_NODE_TOP_K)
-        if self.sort_width not in SORT_WIDTHS:
-            raise ParameterError("sort_width",
-                                 f"`sort_width` must be 64 or 128, not {self.sort_width!r}")
-        width = check_int("max_tree_width", self.max_tree_width, 1)
-        check_int("max_tree_width", width, 1, k, hi_name="`node_top_k`")
+    def check(self):
+        width, k = self.max_tree_width, self.node_top_k
         if width * k > self.sort_width:
             raise ParameterError(
                 "max_tree_width", f"`max_tree_width * node_top_k` must be at most `sort_width` "
                 f"({self.sort_width}), not {width * k}")
-        check_int("count_width", self.count_width, 8, 63)
-        check_int("stages_per_register", self.stages_per_register, 1, self.stage_count)
 
     @property
     def stage_count(self) -> int:
@@ -126,7 +109,7 @@ class ScoreSortParams:
         return {"i": self.request_layout, "o": self.result_layout}
 
 
-class ScoreSortPipeline(wiring.Component):
+class ScoreSortPipeline(KernelComponent):
     """Score, sort and index arithmetic of K1, one request per beat, one beat per clock.
 
     Per request, with ``N = tree_width * K`` and lanes ``t = w*K + k``:
@@ -146,7 +129,7 @@ class ScoreSortPipeline(wiring.Component):
     Parameters
     ----------
     node_top_k, max_tree_width, sort_width, count_width, stages_per_register
-        See :class:`ScoreSortParams`.
+        The fields of :class:`ScoreSortParams`.
     multiplier : callable or None
         ``multiplier(lane)`` returns the multiply core of a lane: a component with the members
         and the ``latency`` of ``Float32Multiply`` (the default). The Verilator models pass a
@@ -158,30 +141,12 @@ class ScoreSortPipeline(wiring.Component):
     o : Out(stream.Signature(params.result_layout))
     """
 
-    def __init__(self, *, node_top_k: int, max_tree_width: int, sort_width: int = 64,
-                 count_width: int = 32, stages_per_register: int = 1, multiplier=None,
-                 src_loc_at: int = 0):
-        self._params = params = ScoreSortParams(
-            node_top_k=node_top_k, max_tree_width=max_tree_width, sort_width=sort_width,
-            count_width=count_width, stages_per_register=stages_per_register)
-        self._multiplier = multiplier or (lambda lane: Float32Multiply())
-        super().__init__({
-            "i": In(stream.Signature(params.request_layout)),
-            "o": Out(stream.Signature(params.result_layout)),
-        }, src_loc_at=src_loc_at)
+    Params = ScoreSortParams
+    OUTPUTS = ("o",)
 
-    params = property(lambda self: self._params)
-    node_top_k = property(lambda self: self._params.node_top_k)
-    max_tree_width = property(lambda self: self._params.max_tree_width)
-    sort_width = property(lambda self: self._params.sort_width)
-    count_width = property(lambda self: self._params.count_width)
-    stages_per_register = property(lambda self: self._params.stages_per_register)
-    max_candidates = property(lambda self: self._params.max_candidates)
-    index_width = property(lambda self: self._params.index_width)
-    parent_width = property(lambda self: self._params.parent_width)
-    request_layout = property(lambda self: self._params.request_layout)
-    result_layout = property(lambda self: self._params.result_layout)
-    latency = property(lambda self: self._params.latency)
+    def __init__(self, *, multiplier=None, src_loc_at: int = 0, **parameters):
+        self._multiplier = multiplier or (lambda lane: Float32Multiply())
+        super().__init__(src_loc_at=src_loc_at + 1, **parameters)
 
     def elaborate(self, platform):
         m = Module()

@@ -9,40 +9,27 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from amaranth.hdl import Cat, Module, Mux, signed
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data
 from amaranth.lib.memory import Memory
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In
 
 from hw.lib.bitonic import delay
-from hw.lib.params import check_int
+from hw.lib.component import KernelComponent
+from hw.lib.params import ParameterRecord, parameter
 from hw.lib.stream import packet_layout, stalling_handshake
 
 __all__ = ["TokenRemapParams", "HotTokenRemap"]
 
 
 @dataclass(frozen=True)
-class TokenRemapParams:
-    """Validated build parameters of :class:`HotTokenRemap` and its port layouts.
+class TokenRemapParams(ParameterRecord):
+    """Validated build parameters of :class:`HotTokenRemap` and its port layouts."""
 
-    Parameters
-    ----------
-    hot_vocab_size : int
-        Table capacity: the largest ``V_hot`` (>= 1).
-    remap_lanes : int
-        Ids looked up per clock (>= 1), i.e. read ports.
-    token_width : int
-        Bits of a token id and a table entry, signed (2..64). The host refuses ids or table
-        entries outside that range.
-    """
-
-    hot_vocab_size: int = 32768
-    remap_lanes: int = 8
-    token_width: int = 32
-
-    def __post_init__(self):
-        check_int("hot_vocab_size", self.hot_vocab_size, 1)
-        check_int("remap_lanes", self.remap_lanes, 1)
-        check_int("token_width", self.token_width, 2, 64)
+    hot_vocab_size: int = parameter(32768, "Table capacity: the largest ``V_hot``.")
+    remap_lanes: int = parameter(8, "Ids looked up per clock, i.e. read ports.")
+    token_width: int = parameter(
+        32, "Bits of a token id and a table entry, signed. The host refuses ids or table "
+            "entries outside that range.", lo=2, hi=64)
 
     @cached_property
     def table_layout(self) -> data.StructLayout:
@@ -69,7 +56,7 @@ class TokenRemapParams:
         return {"table": self.table_layout, "i": self.token_layout, "o": self.remapped_layout}
 
 
-class HotTokenRemap(wiring.Component):
+class HotTokenRemap(KernelComponent):
     """Step 2 of K1: ``token = hot_token_id[token]`` for ids in ``[0, table_size)``.
 
     The table is an ``amaranth.lib.memory.Memory`` of ``hot_vocab_size`` entries with one
@@ -83,7 +70,7 @@ class HotTokenRemap(wiring.Component):
     Parameters
     ----------
     hot_vocab_size, remap_lanes, token_width
-        See :class:`TokenRemapParams`.
+        The fields of :class:`TokenRemapParams`.
 
     Members
     -------
@@ -94,26 +81,12 @@ class HotTokenRemap(wiring.Component):
     o : Out(stream.Signature(params.remapped_layout))
     """
 
+    Params = TokenRemapParams
+    OUTPUTS = ("o",)
     latency = 2
 
-    def __init__(self, *, hot_vocab_size: int = 32768, remap_lanes: int = 8,
-                 token_width: int = 32, src_loc_at: int = 0):
-        self._params = params = TokenRemapParams(
-            hot_vocab_size=hot_vocab_size, remap_lanes=remap_lanes, token_width=token_width)
-        super().__init__({
-            "table_size": In(range(hot_vocab_size + 1)),
-            "table": In(stream.Signature(params.table_layout)),
-            "i": In(stream.Signature(params.token_layout)),
-            "o": Out(stream.Signature(params.remapped_layout)),
-        }, src_loc_at=src_loc_at)
-
-    params = property(lambda self: self._params)
-    hot_vocab_size = property(lambda self: self._params.hot_vocab_size)
-    remap_lanes = property(lambda self: self._params.remap_lanes)
-    token_width = property(lambda self: self._params.token_width)
-    table_layout = property(lambda self: self._params.table_layout)
-    token_layout = property(lambda self: self._params.token_layout)
-    remapped_layout = property(lambda self: self._params.remapped_layout)
+    def members(self, params) -> dict:
+        return {"table_size": In(range(params.hot_vocab_size + 1)), **super().members(params)}
 
     def elaborate(self, platform):
         m = Module()

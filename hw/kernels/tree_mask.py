@@ -38,7 +38,7 @@ from amaranth.lib.memory import Memory
 
 from hw.lib.component import KernelComponent
 from hw.lib.float32 import float32_order_key
-from hw.lib.params import check_int, check_power_of_two, index_bits
+from hw.lib.params import ParameterRecord, index_bits, parameter
 from hw.lib.stream import RegisterSlice, packet_layout
 
 __all__ = ["TreeMaskParams", "TreeMask", "TreeMaskMode", "MAX_MASK_LANES", "lowest_set_bit",
@@ -71,44 +71,24 @@ def lowest_set_bit(value: Value) -> tuple[Value, Value]:
 
 
 @dataclass(frozen=True)
-class TreeMaskParams:
+class TreeMaskParams(ParameterRecord):
     """Validated build parameters of :class:`TreeMask` and the port layouts they give
-    (testbenches and the host read layouts here without building the component).
+    (testbenches and the host read layouts here without building the component)."""
 
-    Parameters
-    ----------
-    max_node_count : int
-        ``MAXN`` (>= 1): largest ``cumu_count``; sets the node-id width.
-    max_verify_num : int
-        ``MAXV`` (1..``MAXN``): largest verify set ``n``; ``verify_num`` is clamped to
-        ``1..MAXV``. The insertion array has ``MAXV - 1`` slots.
-    mask_lanes : int
-        Bits (mask columns) per ``mask`` word: a power of two, 8..1024. Rows of up to
-        ``mask_lanes`` columns go out at one row per clock.
-    token_width : int
-        Token width, signed two's complement (2..64).
-    seq_len_width : int
-        Width of ``seq_lens`` (1..62); ``position`` has one bit more.
-    max_batch_size : int
-        Sets the width of ``batch_size`` (``max_batch_size.bit_length()`` bits) and of
-        ``retrive_index`` (``b*n + i`` for ``b < max_batch_size``).
-    """
-
-    max_node_count: int = 256
-    max_verify_num: int = 64
-    mask_lanes: int = 64
-    token_width: int = 32
-    seq_len_width: int = 32
-    max_batch_size: int = 256
-
-    def __post_init__(self):
-        check_int("max_node_count", self.max_node_count, 1)
-        check_int("max_verify_num", self.max_verify_num, 1, self.max_node_count,
-                  hi_name="`max_node_count`")
-        check_power_of_two("mask_lanes", self.mask_lanes, 8, MAX_MASK_LANES)
-        check_int("token_width", self.token_width, 2, 64)
-        check_int("seq_len_width", self.seq_len_width, 1, 62)
-        check_int("max_batch_size", self.max_batch_size, 1)
+    max_node_count: int = parameter(
+        256, "``MAXN``: largest ``cumu_count``; sets the node-id width.")
+    max_verify_num: int = parameter(
+        64, "``MAXV``: largest verify set ``n``; ``verify_num`` is clamped to ``1..MAXV``. The "
+            "insertion array has ``MAXV - 1`` slots.", hi="max_node_count")
+    mask_lanes: int = parameter(
+        64, "Bits (mask columns) per ``mask`` word. Rows of up to ``mask_lanes`` columns go out "
+            "at one row per clock.", lo=8, hi=MAX_MASK_LANES, power_of_two=True)
+    token_width: int = parameter(32, "Token width, signed two's complement.", lo=2, hi=64)
+    seq_len_width: int = parameter(32, "Width of ``seq_lens``; ``position`` has one bit more.",
+                                   hi=62)
+    max_batch_size: int = parameter(
+        256, "Sets the width of ``batch_size`` (``max_batch_size.bit_length()`` bits) and of "
+             "``retrive_index`` (``b*n + i`` for ``b < max_batch_size``).")
 
     @property
     def node_bits(self) -> int:

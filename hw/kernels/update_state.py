@@ -35,7 +35,7 @@ from amaranth.lib.memory import Memory
 
 from hw.lib.component import KernelComponent
 from hw.lib.float32 import Float32Multiply, float32_equal, float32_less
-from hw.lib.params import ParameterError, check_int, index_bits
+from hw.lib.params import ParameterError, ParameterRecord, check_int, index_bits, parameter
 from hw.lib.pipeline import stage
 from hw.lib.stream import packet_layout, stalling_handshake
 
@@ -65,36 +65,37 @@ class Region(enum.IntEnum):
 
 
 @dataclass(frozen=True)
-class UpdateStateParams:
-    """Validated compile-time parameters of :class:`UpdateCumuDraftState` and derived layouts.
+class UpdateStateParams(ParameterRecord):
+    """Validated compile-time parameters of :class:`UpdateCumuDraftState` and derived layouts
+    (testbenches and the host read layouts here without building the component)."""
 
-    The fields are the component's parameters (see its docstring). The class is usable without
-    building hardware, e.g. by a cocotb testbench or a host driver that needs the stream
-    layouts.
-    """
+    node_top_k: int = parameter(8, "``K``, children per expanded node.", hi=MAX_NODE_TOP_K)
+    max_tree_width: int = parameter(
+        8, f"Largest ``W`` a request may use, with ``K * max_tree_width <= {MAX_CANDIDATES}``.",
+        hi="node_top_k")
+    max_node_count: int = parameter(1024, "``MAXN``: nodes per request slot.")
+    max_verify_num: int = parameter(
+        64, "``MAXV``: ``sort_scores`` length; ``work_scores`` holds ``MAXV + K``.")
+    max_input_size: int = parameter(
+        64, "``MI``: ``output_tree_mask`` rows have ``MI + 1`` columns.", lo=0)
+    max_batch: int = parameter(2, "Request slots whose state is held on chip.")
+    token_width: int = parameter(
+        32, "Stored token width, signed two's complement (tokens and loaded values outside "
+            "``[-2**(w-1), 2**(w-1))`` do not round-trip; the host driver refuses them).",
+        lo=2, hi=64)
+    index_width: int = parameter(
+        32, "Stored width of ``cumu_deltas`` and the links, signed, at least "
+            "``bit_length(MAXN + K*max_tree_width) + 1``. ``cumu_count`` and ``curr_depth`` are "
+            "carried in ``index_width - 1`` bits; ``cumu_count + N`` must stay below "
+            "``2**(index_width-1)``.", hi=64)
 
-    node_top_k: int = 8
-    max_tree_width: int = 8
-    max_node_count: int = 1024
-    max_verify_num: int = 64
-    max_input_size: int = 64
-    max_batch: int = 2
-    token_width: int = 32
-    index_width: int = 32
-
-    def __post_init__(self):
-        k = check_int("node_top_k", self.node_top_k, 1, MAX_NODE_TOP_K)
-        w = check_int("max_tree_width", self.max_tree_width, 1, k, hi_name="`node_top_k`")
+    def check(self):
+        k, w = self.node_top_k, self.max_tree_width
         if k * w > MAX_CANDIDATES:
             raise ParameterError("max_tree_width", f"`node_top_k` * `max_tree_width` must be at "
                                                    f"most {MAX_CANDIDATES}, not {k * w}")
-        maxn = check_int("max_node_count", self.max_node_count, 1)
-        check_int("max_verify_num", self.max_verify_num, 1)
-        check_int("max_input_size", self.max_input_size, 0)
-        check_int("max_batch", self.max_batch, 1)
-        check_int("token_width", self.token_width, 2, 64)
         # Links reach start + N - 1 <= MAXN + N - 1 in a normal round; keep room for the sign.
-        min_index = (maxn + k * w).bit_length() + 1
+        min_index = (self.max_node_count + k * w).bit_length() + 1
         check_int("index_width", self.index_width, min_index, 64,
                    lo_name=f"{min_index} (to hold `max_node_count` + N and a sign)")
 
@@ -213,28 +214,7 @@ def _select(m, index, values, *, name):
 class UpdateCumuDraftState(KernelComponent):
     """K2 ``update_cumu_draft_state`` with the cumulative tree state held on chip.
 
-    Parameters
-    ----------
-    node_top_k : int
-        ``K``, children per expanded node, 1..16 (compile time).
-    max_tree_width : int
-        Largest ``W`` a request may use, 1..``node_top_k``, with ``K * max_tree_width <= 128``.
-    max_node_count : int
-        ``MAXN``: nodes per request slot (>= 1).
-    max_verify_num : int
-        ``MAXV``: ``sort_scores`` length; ``work_scores`` holds ``MAXV + K`` (>= 1).
-    max_input_size : int
-        ``MI``: ``output_tree_mask`` rows have ``MI + 1`` columns (>= 0).
-    max_batch : int
-        Request slots whose state is held on chip (>= 1).
-    token_width : int
-        Stored token width, signed two's complement, 2..64 (tokens and loaded values outside
-        ``[-2**(w-1), 2**(w-1))`` do not round-trip; the host driver refuses them).
-    index_width : int
-        Stored width of ``cumu_deltas`` and the links, signed, up to 64 and at least
-        ``bit_length(MAXN + K*max_tree_width) + 1``. ``cumu_count`` and ``curr_depth`` are
-        carried in ``index_width - 1`` bits; ``cumu_count + N`` must stay below
-        ``2**(index_width-1)``.
+    Parameters: the fields of :class:`UpdateStateParams`.
 
     Members
     -------

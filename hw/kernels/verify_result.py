@@ -41,7 +41,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 
 from hw.lib.component import KernelComponent
-from hw.lib.params import check_int, index_bits
+from hw.lib.params import ParameterRecord, index_bits, parameter
 from hw.lib.stream import RegisterSlice, packet_layout
 
 __all__ = ["VerifyResultParams", "VerifyResult", "request_finishes", "synthesis_parameters",
@@ -56,26 +56,27 @@ def request_finishes(token, eos_token_id, length, max_seq_len):
 
 
 @dataclass(frozen=True)
-class VerifyResultParams:
+class VerifyResultParams(ParameterRecord):
     """Validated build parameters of :class:`VerifyResult` (see there) and the port layouts
     they give (testbenches and the host read layouts here without building the component)."""
 
-    max_draft_tokens: int = 64
-    max_speculative_tokens: int = 16
-    max_batch_size: int = 256
-    token_width: int = 32
-    loc_width: int = 32
-    seq_len_width: int = 32
-    pool_index_width: int = 16
-
-    def __post_init__(self):
-        check_int("max_draft_tokens", self.max_draft_tokens, 1, 1024)
-        check_int("max_speculative_tokens", self.max_speculative_tokens, 1, 64)
-        check_int("max_batch_size", self.max_batch_size, 1)
-        check_int("token_width", self.token_width, 2, 64)
-        check_int("loc_width", self.loc_width, 1, 64)
-        check_int("seq_len_width", self.seq_len_width, 1, 63)
-        check_int("pool_index_width", self.pool_index_width, 1, 63)
+    max_draft_tokens: int = parameter(
+        64, "Largest ``num_draft_tokens`` n (verify-tree size incl. the root): the node memory "
+            "depth and the width of ``evict``.", hi=1024)
+    max_speculative_tokens: int = parameter(
+        16, "Largest ``num_speculative_tokens`` S (width of K6's ``accept_index``).", hi=64)
+    max_batch_size: int = parameter(
+        256, "Sets the width of ``batch_size`` (``max_batch_size.bit_length()`` bits), of the "
+             "flat ids (``b*n + i``) and of the ``verified_id`` index.")
+    token_width: int = parameter(
+        32, "Token width (``predicts``, ``verified_id``, ``next_root``, ``eos_token_id``), "
+            "signed (32: SGLang's int32).", lo=2, hi=64)
+    loc_width: int = parameter(
+        32, "KV-slot width (``out_cache_loc``, ``req_to_token`` values).", hi=64)
+    seq_len_width: int = parameter(
+        32, "Width of ``seq_lens`` and ``max_seq_lens`` (``req_to_token`` columns).", hi=63)
+    pool_index_width: int = parameter(
+        16, "Width of ``req_pool_indices`` (``req_to_token`` rows).", hi=63)
 
     @property
     def flat_bits(self):
@@ -142,25 +143,7 @@ class VerifyResult(KernelComponent):
     """K7 ``update_verify_result``: accept lengths, verified ids, KV writes and evictions,
     next roots and finished flags.
 
-    Parameters
-    ----------
-    max_draft_tokens : int
-        Largest ``num_draft_tokens`` n (verify-tree size incl. the root), 1..1024: the node
-        memory depth and the width of ``evict``.
-    max_speculative_tokens : int
-        Largest ``num_speculative_tokens`` S (width of K6's ``accept_index``), 1..64.
-    max_batch_size : int
-        Sets the width of ``batch_size`` (``max_batch_size.bit_length()`` bits), of the flat
-        ids (``b*n + i``) and of the ``verified_id`` index.
-    token_width : int
-        Token width (``predicts``, ``verified_id``, ``next_root``, ``eos_token_id``), signed,
-        2..64 (32: SGLang's int32).
-    loc_width : int
-        KV-slot width (``out_cache_loc``, ``req_to_token`` values), 1..64.
-    seq_len_width : int
-        Width of ``seq_lens`` and ``max_seq_lens`` (``req_to_token`` columns), 1..63.
-    pool_index_width : int
-        Width of ``req_pool_indices`` (``req_to_token`` rows), 1..63.
+    Parameters: the fields of :class:`VerifyResultParams`.
 
     Members
     -------

@@ -25,7 +25,7 @@ from amaranth.lib.memory import Memory
 
 from hw.lib.component import KernelComponent
 from hw.lib.float32 import Float32Add, Float32Multiply, float32_equal, float32_less
-from hw.lib.params import check_int
+from hw.lib.params import ParameterRecord, parameter
 from hw.lib.pipeline import count_leading_zeros, stage
 from hw.lib.stream import packet_layout
 
@@ -65,33 +65,19 @@ def _delay(m, value, cycles, *, name):
 
 
 @dataclass(frozen=True)
-class WorkDeltasParams:
+class WorkDeltasParams(ParameterRecord):
     """Validated build parameters of :class:`WorkDeltas` and the port layouts they give
-    (testbenches read the layouts here without building the component).
+    (testbenches read the layouts here without building the component)."""
 
-    Parameters
-    ----------
-    node_top_k : int
-        ``K``, new nodes per request (1..16): the length of ``C`` and of ``work_deltas - 1``.
-    max_verify_num : int
-        ``MAXV`` (>= 1): ``verify_num`` is clamped to ``1..MAXV``.
-    lanes : int
-        float32 scores per ``scores`` beat (1..16; 8 = a 256-bit beat).
-    max_batch_size : int
-        Sets the width of ``batch_size`` (``max_batch_size.bit_length()`` bits, every value of
-        that width is accepted); at most ``2**24 - 1``.
-    """
-
-    node_top_k: int = 8
-    max_verify_num: int = 64
-    lanes: int = 8
-    max_batch_size: int = 256
-
-    def __post_init__(self):
-        check_int("node_top_k", self.node_top_k, 1, MAX_NODE_TOP_K)
-        check_int("max_verify_num", self.max_verify_num, 1)
-        check_int("lanes", self.lanes, 1, MAX_LANES)
-        check_int("max_batch_size", self.max_batch_size, 1, MAX_BATCH_SIZE)
+    node_top_k: int = parameter(
+        8, "``K``, new nodes per request: the length of ``C`` and of ``work_deltas - 1``.",
+        hi=MAX_NODE_TOP_K)
+    max_verify_num: int = parameter(64, "``MAXV``: ``verify_num`` is clamped to ``1..MAXV``.")
+    lanes: int = parameter(8, "float32 scores per ``scores`` beat (8 = a 256-bit beat).",
+                           hi=MAX_LANES)
+    max_batch_size: int = parameter(
+        256, "Sets the width of ``batch_size`` (``max_batch_size.bit_length()`` bits, every "
+             "value of that width is accepted).", hi=MAX_BATCH_SIZE)
 
     @property
     def batch_bits(self) -> int:

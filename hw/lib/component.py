@@ -7,6 +7,7 @@ component itself only adds the hardware; this base class does the rest once.
 """
 
 import dataclasses
+import functools
 import operator
 
 from amaranth.lib import stream, wiring
@@ -23,7 +24,8 @@ class KernelComponent(wiring.Component):
     record's fields as keyword arguments and builds the record (so bad parameters raise its
     ``ParameterError`` before anything else), then the signature from ``members(params)``:
     one ``stream.Signature`` per entry of ``params.ports``, in that order. Override ``members``
-    to add ports that are not streams.
+    to add ports that are not streams, and ``__init__`` to take arguments that are not build
+    parameters (passing the rest on).
 
     Members
     -------
@@ -40,17 +42,20 @@ class KernelComponent(wiring.Component):
         super().__init_subclass__(**kwargs)
         if cls.Params is None:
             return
-        derived = [name for name, value in vars(cls.Params).items()
-                   if isinstance(value, property) and not name.startswith("_")]
+        derived = [name for record in cls.Params.__mro__ for name, value in vars(record).items()
+                   if isinstance(value, property | functools.cached_property)
+                   and not name.startswith("_")]
         for name in [field.name for field in dataclasses.fields(cls.Params)] + derived:
             if not hasattr(cls, name):
                 setattr(cls, name, property(operator.attrgetter(f"_params.{name}")))
 
-    def __new__(cls, *args, src_loc_at: int = 0, **parameters):
+    def __new__(cls, *args, src_loc_at: int = 0, **kwargs):
         # Validate before the object exists: a component whose constructor raised would
         # otherwise be reported by Amaranth as "created but never used" when collected.
-        cls.Params(**parameters)
-        return super().__new__(cls, *args, src_loc_at=src_loc_at + 1, **parameters)
+        # Keyword arguments that are not record fields belong to a subclass's `__init__`.
+        fields = {field.name for field in dataclasses.fields(cls.Params)}
+        cls.Params(**{name: value for name, value in kwargs.items() if name in fields})
+        return super().__new__(cls, *args, src_loc_at=src_loc_at + 1, **kwargs)
 
     def __init__(self, *, src_loc_at: int = 0, **parameters):
         self._params = self.Params(**parameters)
