@@ -252,9 +252,11 @@ def write_case(
     path: str | os.PathLike,
     tensors: Mapping[str, np.ndarray | int | float | bool],
     *,
+    expected: Mapping[str, np.ndarray | int | float | bool] | None = None,
     header: str | None = None,
 ) -> None:
-    """Write a case file, one line per entry of ``tensors`` in the given order.
+    """Write a case file, one line per entry of ``tensors`` in the given order, then one
+    ``expected_<name>`` line per entry of ``expected`` (the outputs a replay checks).
 
     Parameters:
         path: the file to write (created or overwritten; bare names are not resolved).
@@ -262,8 +264,11 @@ def write_case(
             written as ``repr(float(x))`` (``-3.0``, ``inf``, ``nan``), integers as integers,
             bools as 0/1; a scalar is a one-element line. ``meta`` is written like any other
             line, i.e. with its count.
+        expected: optional name -> expected output, written as ``expected_<name>``.
         header: optional text written first, each of its lines as a ``# `` comment.
     """
+    tensors = {**tensors, **{f"expected_{name}": value
+                             for name, value in (expected or {}).items()}}
     out: list[str] = []
     if header is not None:
         out.extend(f"# {ln}".rstrip() for ln in header.splitlines())

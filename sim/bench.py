@@ -179,6 +179,26 @@ class KernelBench:
         return {name: port_bytes(len(at[name]), len(getattr(self.dut, f"{name}__payload")))
                 for name in names}
 
+    async def check_calls(self, run_calls, *, random=(), directed=(),
+                          stressed: bool = False) -> None:
+        """One phase of calls: ``run_calls(bench, calls, **stress)`` drives the ``random``
+        then the ``directed`` calls back to back and checks every result against the golden
+        (under ``stress`` when ``stressed``); then the log line and the phase's summary:
+        ``vectors`` (calls), ``requests`` (the calls' ``batch_size`` sum),
+        ``random_vectors``, and ``directed_vectors`` when unstressed (a stressed rerun of the
+        directed calls is not counted twice)."""
+        calls = [*random, *directed]
+        await run_calls(self, calls, **(self.stress if stressed else {}))
+        requests = sum(call.batch_size for call in calls)
+        counts = {"random_vectors": len(random)} if random else {}
+        if directed and not stressed:
+            counts["directed_vectors"] = len(directed)
+        kinds = " + ".join(f"{len(group)} {kind}" for kind, group in
+                           (("random", random), ("directed", directed)) if group)
+        self.log(f"{kinds} calls ({requests} requests) bit-exact with the golden"
+                 + (", stressed" if stressed else ""))
+        write_summary(vectors=len(calls), requests=requests, **counts)
+
     def measurement(self, at: dict[str, list[int]], inputs, outputs, *, operations: int,
                     notes: str, invocations: int = 1,
                     interval_of: list[int] | None = None) -> dict:

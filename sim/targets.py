@@ -47,13 +47,14 @@ class SimTarget:
         ``component(**parameters)`` returns the DUT (a ``wiring.Component``); a string
         ``"package.module:Name"`` names it and is imported when first used (listing the
         targets imports no hardware).
-    testbench : str
-        Module of the cocotb tests.
+    testbench : str or None
+        Module of the cocotb tests (default ``sim.<name>.tb``).
     parameters : dict
         The DUT's build parameters of ``make sim`` (passed to the testbench as
         ``config["parameters"]`` with every run, so that it rebuilds the same layouts).
     config : dict
-        Default testbench configuration (overridable per run).
+        Default testbench configuration (overridable per run), over ``STRESS`` (the random
+        idle and back-pressure probabilities of the stress phases).
     phases : tuple of str
         The cocotb tests of a plain run, one per phase (empty: every test of the module);
         by default the convention of the kernel testbenches: ``figures`` (no idle or
@@ -72,7 +73,10 @@ class SimTarget:
     ``measure_parameters`` (the cycle budget), or ``measure`` itself.
     """
 
-    def __init__(self, name: str, description: str, *, component: Callable, testbench: str,
+    STRESS = {"idle": 0.3, "backpressure": 0.3}
+
+    def __init__(self, name: str, description: str, *, component: Callable,
+                 testbench: str | None = None,
                  parameters: dict | None = None, config: dict | None = None,
                  phases: tuple[str, ...] = ("figures", "directed", "random"),
                  figures_tests: tuple[str, ...] = ("figures",),
@@ -80,9 +84,9 @@ class SimTarget:
         self.name = name
         self.description = description
         self.component = component
-        self.testbench = testbench
+        self.testbench = testbench or f"sim.{name}.tb"
         self.parameters = dict(parameters or {})
-        self.config = dict(config or {})
+        self.config = {**self.STRESS, **(config or {})}
         self.phases = tuple(phases)
         self.figures_tests = tuple(figures_tests) or self.phases
         self.figures_config = dict(figures_config or {})

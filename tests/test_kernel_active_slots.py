@@ -17,24 +17,10 @@ from sim.active_slots.vectors import (
     k7_call,
     random_call,
     write_case_file,
-    write_example_case,
 )
 from sim.harness import BUILD_ROOT
 
 SMALL = {"max_batch_size": 13}
-
-
-@pytest.mark.parametrize(
-    ("arguments", "message"),
-    [
-        ({"max_batch_size": 0}, "`max_batch_size` must be at least 1, not 0"),
-        ({"max_batch_size": 2.5}, "`max_batch_size` must be an integer, not 2.5"),
-        ({"max_batch_size": False}, "`max_batch_size` must be an integer, not False"),
-    ],
-)
-def test_invalid_parameters(arguments, message):
-    with pytest.raises(ValueError, match=message):
-        ActiveSlots(**arguments)
 
 
 def test_parameters_and_layouts():
@@ -71,11 +57,7 @@ def test_one_row_kernel_on_amaranth_simulator():
     run_on_amaranth({"max_batch_size": 1}, directed_calls(1), idle=0.3, backpressure=0.3)
 
 
-def test_example_case_is_current_and_matches_golden(tmp_path):
-    regenerated = tmp_path / "case.txt"
-    write_example_case(regenerated)
-    assert regenerated.read_text() == EXAMPLE_CASE.read_text(), \
-        "rerun `python -m sim.active_slots.vectors`"
+def test_example_case_matches_golden():
     call, want = call_from_case(EXAMPLE_CASE)
     assert len(want) == 3 and call.batch_size <= SMALL["max_batch_size"]
     golden = expected(call)
@@ -110,13 +92,6 @@ def test_case_with_a_larger_batch_builds_a_larger_model(tmp_path):
     summary = TARGET.run(SMALL, case=path, log_file=BUILD_ROOT / "pytest-active_slots-b40.log")
     assert summary["extra"]["batch_size"] == 40
     assert summary["extra"]["expected tensors"] == "3 of 3 checked"
-
-
-def test_malformed_case_is_refused_before_any_build(tmp_path):
-    path = tmp_path / "broken.txt"
-    path.write_text("finished 3 1 0\n")
-    with pytest.raises(ValueError, match=r"broken.txt:1: tensor 'finished'"):
-        TARGET.run(SMALL, case=path)
 
 
 @pytest.mark.slow

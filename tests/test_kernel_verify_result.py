@@ -19,33 +19,11 @@ from sim.verify_result.vectors import (
     greedy_call,
     random_call,
     write_case_file,
-    write_example_case,
 )
 
 SMALL = {"max_draft_tokens": 12, "max_speculative_tokens": 5, "max_batch_size": 40,
          "token_width": 24, "loc_width": 26, "seq_len_width": 13, "pool_index_width": 6}
 SMALL_PERF = {"batch_size": 8, "verify_num": 12, "max_node_count": 256, "s": 5}
-
-
-@pytest.mark.parametrize(
-    ("arguments", "message"),
-    [
-        ({"max_draft_tokens": 0}, "`max_draft_tokens` must be between 1 and 1024, not 0"),
-        ({"max_draft_tokens": 1025},
-         "`max_draft_tokens` must be between 1 and 1024, not 1025"),
-        ({"max_speculative_tokens": 65},
-         "`max_speculative_tokens` must be between 1 and 64, not 65"),
-        ({"max_batch_size": 0}, "`max_batch_size` must be at least 1, not 0"),
-        ({"token_width": 1}, "`token_width` must be between 2 and 64, not 1"),
-        ({"loc_width": 65}, "`loc_width` must be between 1 and 64, not 65"),
-        ({"seq_len_width": 0}, "`seq_len_width` must be between 1 and 63, not 0"),
-        ({"pool_index_width": 64}, "`pool_index_width` must be between 1 and 63, not 64"),
-        ({"max_draft_tokens": 8.0}, "`max_draft_tokens` must be an integer, not 8.0"),
-    ],
-)
-def test_invalid_parameters(arguments, message):
-    with pytest.raises(ValueError, match=message):
-        VerifyResult(**arguments)
 
 
 def test_parameters_and_layouts():
@@ -97,11 +75,7 @@ def test_late_length_limit_is_caught(monkeypatch):
         run_on_amaranth(SMALL, calls)
 
 
-def test_example_case_is_current_and_matches_golden(tmp_path):
-    regenerated = tmp_path / "case.txt"
-    write_example_case(regenerated)
-    assert regenerated.read_text() == EXAMPLE_CASE.read_text(), \
-        "rerun `python -m sim.verify_result.vectors`"
+def test_example_case_matches_golden():
     call, want = call_from_case(EXAMPLE_CASE)
     assert len(want) == 7 and call.n <= SMALL["max_draft_tokens"]
     golden = expected(call)
@@ -143,13 +117,6 @@ def test_case_beyond_the_build_replays_on_a_model_built_for_it(tmp_path):
     assert (derived["max_draft_tokens"], derived["max_speculative_tokens"]) == (16, 6)
     summary = TARGET.run(SMALL, case=path, log_file=BUILD_ROOT / "pytest-verify_result-big.log")
     assert summary["extra"]["expected tensors"] == "7 of 7 checked"
-
-
-def test_malformed_case_is_refused_before_any_build(tmp_path):
-    path = tmp_path / "broken.txt"
-    path.write_text("batch_size 1 1\nnum_draft_tokens 1 x\n")
-    with pytest.raises(ValueError, match=r"broken.txt"):
-        TARGET.run(SMALL, case=path)
 
 
 @pytest.mark.slow

@@ -35,19 +35,10 @@ class ActiveSlotsTarget(SimTarget):
 
 
 TARGET = ActiveSlotsTarget(
-    "active_slots",
-    "active-slot compaction (active_slots, active_inverse, active_count) vs golden "
-    "(directed, random, K7 finished flags; CASE= replay)",
-    component="hw.kernels.active_slots:ActiveSlots",
-    testbench="sim.active_slots.tb",
-    parameters=PARAMETERS,
-    config={
-        "vectors": 200,  # random calls, with idle and back-pressure
-        "idle": 0.3,
-        "backpressure": 0.3,
-        # The throughput figure: a full batch, a tenth of the requests finished.
-        "perf": {"batch_size": 256, "finished_fraction": 0.1},
-    },
-)
+    "active_slots", component="hw.kernels.active_slots:ActiveSlots", parameters=PARAMETERS,
+    description="active-slot compaction (active_slots, active_inverse, active_count) vs "
+                "golden (directed, random, K7 finished flags; CASE= replay)",
+    # 200 random calls; the throughput figure: a full batch, a tenth of the requests finished.
+    config={"vectors": 200, "perf": {"batch_size": 256, "finished_fraction": 0.1}})
 
 TARGETS = [TARGET]

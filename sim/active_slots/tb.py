@@ -57,10 +57,6 @@ async def run_calls(bench, calls, *, idle=0.0, backpressure=0.0):
     return run
 
 
-def _requests(calls) -> int:
-    return sum(c.batch_size for c in calls)
-
-
 @cocotb.test()
 async def figures(dut):
     """The throughput call (``perf``): a full batch without idle or back-pressure."""
@@ -90,9 +86,7 @@ async def directed(dut):
     """The directed calls, without idle or back-pressure."""
     bench = await KernelBench.start(dut, ActiveSlotsParams)
     params = bench.params
-    calls = directed_calls(params.max_batch_size)
-    await run_calls(bench, calls)
-    write_summary(vectors=len(calls), directed_vectors=len(calls), requests=_requests(calls))
+    await bench.check_calls(run_calls, directed=directed_calls(params.max_batch_size))
 
 
 @cocotb.test()
@@ -104,12 +98,8 @@ async def random(dut):
     max_batch = (1 << params.batch_bits) - 1
     random_calls = [random_call(bench.np_rng, max_batch) if i % 2
                     else k7_call(bench.np_rng, max_batch) for i in range(bench.cfg["vectors"])]
-    calls = random_calls + directed_calls(params.max_batch_size)
-    await run_calls(bench, calls, **bench.stress)
-    bench.log(f"{len(calls)} calls ({_requests(calls)} requests) bit-exact with the golden, "
-              "stressed")
-    write_summary(vectors=len(calls), random_vectors=len(random_calls),
-                  requests=_requests(calls))
+    await bench.check_calls(run_calls, random=random_calls,
+                            directed=directed_calls(params.max_batch_size), stressed=True)
 
 
 @cocotb.test()

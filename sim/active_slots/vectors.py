@@ -162,8 +162,8 @@ def write_example_case(path=EXAMPLE_CASE) -> None:
 def write_case_file(call: Call, path) -> None:
     """Write ``call`` and its golden results as a case file (``call_from_case`` reads it)."""
     want = expected(call)
-    write_case(path, {"finished": call.finished, "batch_size": call.batch_size,
-                      **{f"expected_{name}": want[name] for name in OUTPUT_NAMES}},
+    write_case(path, {"finished": call.finished, "batch_size": call.batch_size},
+               expected={name: want[name] for name in OUTPUT_NAMES},
                header="active-slot compaction case (golden/active_slots.py)\n"
                       "written by `python -m sim.active_slots.vectors`")
 

@@ -92,13 +92,10 @@ TARGET = LogitsToProbasTarget(
     "K5 logits -> probabilities / argmax vs golden (random rows, directed cases, "
     "temperatures, idle/back-pressure, V=8192 figure row; CASE= replay)",
     component="hw.kernels.logits_to_probas:LogitsToProbas",
-    testbench="sim.logits_to_probas.tb",
     parameters=PARAMETERS,
     config={
         "random_calls": 60,
         "max_random_vocab": 300,
-        "idle": 0.3,
-        "backpressure": 0.3,
         # V of the figures' row: 8192 keeps `make sim` at about a minute (cocotb drives this
         # model at a few hundred clocks per second); the slow tier runs the `figures` phase at
         # V = 131072, `measure` the contract's vocabularies.

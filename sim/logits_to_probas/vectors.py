@@ -262,9 +262,8 @@ def write_case_file(path, call, *, header="K5 logits_to_probas case"):
     probs, predict = expected(call)
     rows, vocab = call["logits"].shape
     write_case(path, {"meta": np.array([rows // call["n"], call["n"], vocab], np.int64),
-                      "logits": call["logits"], "temperatures": call["temperatures"],
-                      "expected_target_probs": probs, "expected_target_predict": predict},
-               header=header)
+                      "logits": call["logits"], "temperatures": call["temperatures"]},
+               expected={"target_probs": probs, "target_predict": predict}, header=header)
 
 
 def call_from_case(path):

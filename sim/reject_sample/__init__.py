@@ -59,7 +59,6 @@ TARGET = RejectSampleTarget(
     "K6 tree rejection sampling + greedy verify vs golden (random trees, directed cases, LFSR "
     "coins, random memory latency; CASE= replay)",
     component="hw.kernels.reject_sample:RejectSample",
-    testbench="sim.reject_sample.tb",
     parameters=PARAMETERS,
     config={
         "random_calls": 150,

@@ -93,10 +93,8 @@ def write_case_file(path, call: Call, *, with_expected: bool = True) -> None:
         tensors["target_probs"] = call.target_probs
         tensors["threshold_single"] = np.array([call.threshold_single], F32)
         tensors["threshold_acc"] = np.array([call.threshold_acc], F32)
-    if with_expected:
-        for key, value in expected(call).items():
-            tensors[f"expected_{key}"] = value
-    write_case(path, tensors, header=f"K6 reject_sample case ({call.mode}): {call.name}")
+    write_case(path, tensors, expected=expected(call) if with_expected else None,
+               header=f"K6 reject_sample case ({call.mode}): {call.name}")
 
 
 def main(argv=None) -> int:

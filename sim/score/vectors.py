@@ -436,8 +436,8 @@ def write_case_file(batch: Batch, hot: np.ndarray | None, path, *,
         tensors["hot_token_id"] = hot
     if batch.h:
         tensors["input_hidden_states"] = batch.hidden
-    for name in (*OUTPUTS, "output_hidden_states", "topk_tokens_sampling"):
-        if name != "output_hidden_states" or batch.h:
-            tensors[f"expected_{name}"] = expected[name]
-    write_case(path, tensors, header=f"K1 case {batch.name}: B={batch.b} K={batch.k} "
-                                     f"W={batch.w} H={batch.h}, golden results")
+    outputs = [name for name in (*OUTPUTS, "output_hidden_states", "topk_tokens_sampling")
+               if name != "output_hidden_states" or batch.h]
+    write_case(path, tensors, expected={name: expected[name] for name in outputs},
+               header=f"K1 case {batch.name}: B={batch.b} K={batch.k} W={batch.w} "
+                      f"H={batch.h}, golden results")

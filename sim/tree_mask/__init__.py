@@ -86,23 +86,14 @@ class TreeMaskTarget(SimTarget):
 
 
 TARGET = TreeMaskTarget(
-    "tree_mask",
-    "K4 verify-tree build (selection, retrive arrays, positions, 3 mask layouts) vs golden "
-    "on draft-round and directed trees (CASE= replay)",
-    component="hw.kernels.tree_mask:TreeMask",
-    testbench="sim.tree_mask.tb",
-    parameters=PARAMETERS,
-    config={
-        "vectors": 60,  # random calls, with idle and back-pressure
-        "idle": 0.3,
-        "backpressure": 0.3,
-        # The throughput figure: verify_num = 64 on 256-node trees (K = 5, width 5,
-        # 11 depths: 1 + 5 + 10 * 25 = 256 nodes), packed layout.
-        "perf": {"batch_size": 16, "verify_num": 64, "node_top_k": 5, "tree_width": 5,
-                 "depths": 11, "mode": 2},
-    },
+    "tree_mask", component="hw.kernels.tree_mask:TreeMask", parameters=PARAMETERS,
+    description="K4 verify-tree build (selection, retrive arrays, positions, 3 mask layouts) "
+                "vs golden on draft-round and directed trees (CASE= replay)",
+    # 60 random calls; the throughput figure: verify_num = 64 on 256-node trees (K = 5,
+    # width 5, 11 depths: 1 + 5 + 10 * 25 = 256 nodes), packed layout.
+    config={"vectors": 60, "perf": {"batch_size": 16, "verify_num": 64, "node_top_k": 5,
+                                    "tree_width": 5, "depths": 11, "mode": 2}},
     # `stress_directed`: the directed calls once more under idle and back-pressure.
-    phases=("figures", "directed", "random", "stress_directed"),
-)
+    phases=("figures", "directed", "random", "stress_directed"))
 
 TARGETS = [TARGET]

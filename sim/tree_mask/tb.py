@@ -57,10 +57,6 @@ def _request_at(run, calls) -> list[int]:
     return [run.at["nodes"][i] for i in request_starts(calls)]
 
 
-def _requests(calls) -> int:
-    return sum(c.batch_size for c in calls)
-
-
 @cocotb.test()
 async def figures(dut):
     """The throughput call (``perf``) without idle or back-pressure."""
@@ -90,17 +86,13 @@ async def _directed(dut, *, stressed: bool):
     bench = await KernelBench.start(dut, TreeMaskParams)
     params = bench.params
     calls = directed_calls(params.max_node_count, params.max_verify_num, params.mask_lanes)
-    await run_calls(bench, calls, **(bench.stress if stressed else {}))
-    bench.log(f"{len(calls)} directed calls ({_requests(calls)} requests) bit-exact with the "
-              "golden" + (", stressed" if stressed else ""))
-    return calls
+    await bench.check_calls(run_calls, directed=calls, stressed=stressed)
 
 
 @cocotb.test()
 async def directed(dut):
     """The directed calls, without idle or back-pressure."""
-    calls = await _directed(dut, stressed=False)
-    write_summary(vectors=len(calls), directed_vectors=len(calls), requests=_requests(calls))
+    await _directed(dut, stressed=False)
 
 
 @cocotb.test()
@@ -110,17 +102,13 @@ async def random(dut):
     params = bench.params
     calls = [random_call(bench.np_rng, params.max_node_count, params.max_verify_num,
                          params.mask_lanes) for _ in range(bench.cfg["vectors"])]
-    await run_calls(bench, calls, **bench.stress)
-    bench.log(f"{len(calls)} random calls ({_requests(calls)} requests) bit-exact with the "
-              "golden, stressed")
-    write_summary(vectors=len(calls), random_vectors=len(calls), requests=_requests(calls))
+    await bench.check_calls(run_calls, random=calls, stressed=True)
 
 
 @cocotb.test()
 async def stress_directed(dut):
     """The directed calls once more, under random idle and back-pressure."""
-    calls = await _directed(dut, stressed=True)
-    write_summary(vectors=len(calls), requests=_requests(calls))
+    await _directed(dut, stressed=True)
 
 
 @cocotb.test()

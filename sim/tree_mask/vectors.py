@@ -581,8 +581,7 @@ def write_case_file(call: Call, path) -> None:
                     "cumu_count": call.cumu_count, "verify_num": call.verify_num,
                     "max_node_count": call.cumu_tokens.shape[1],
                     "tree_mask_mode": call.mode})
-    tensors.update({f"expected_{name}": want[name] for name in OUTPUT_NAMES})
-    write_case(path, tensors, header=(
+    write_case(path, tensors, expected={name: want[name] for name in OUTPUT_NAMES}, header=(
         "K4 fused_tree_mask_operator case (golden/tree_mask.py)\n"
         "tree [batch_size, max_node_count] per line, seq_lens [batch_size]; expected_* are the "
         "golden outputs\n(tree_mask: uint8 [B, n, ceil(n/8)] in mode 2, bool in modes 0/1)\n"

@@ -130,7 +130,6 @@ TARGET = UpdateStateTarget(
     "K2 update_cumu_draft_state: on-chip tree state vs golden (capture, directed, random; "
     "CASE= replay)",
     component="hw.kernels.update_state:UpdateCumuDraftState",
-    testbench="sim.update_state.tb",
     parameters=PARAMETERS,
     config={"figure_requests": 8, "random_requests": 24, "requests_per_batch": 3,
             "idle": 0.2, "backpressure": 0.2},

@@ -313,6 +313,5 @@ def write_update_case(path, params, states, requests, *, header="K2 update_state
                                 *(expected[name] for name in STATE_NAMES))
     tensors = {**all_scalars, **inputs}
     tensors.update({f"initial_{name}": array for name, array in initial.items()})
-    tensors.update({f"expected_{name}": array for name, array in expected.items()})
-    write_case(path, tensors, header=header)
+    write_case(path, tensors, expected=expected, header=header)
     return [{name: expected[name][r] for name in STATE_NAMES} for r in range(b)]

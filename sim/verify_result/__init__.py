@@ -51,19 +51,11 @@ class VerifyResultTarget(SimTarget):
 
 
 TARGET = VerifyResultTarget(
-    "verify_result",
-    "K7 update_verify_result (accept lengths, verified ids, KV writes, evictions, next "
-    "roots, finished) vs golden on draft-round trees (CASE= replay)",
-    component="hw.kernels.verify_result:VerifyResult",
-    testbench="sim.verify_result.tb",
-    parameters=PARAMETERS,
-    config={
-        "vectors": 150,  # random calls, with idle and back-pressure
-        "idle": 0.3,
-        "backpressure": 0.3,
-        # The throughput figure: n = verify_num = 64 out of 256-node trees, S = 16.
-        "perf": {"batch_size": 32, "verify_num": 64, "max_node_count": 256, "s": 16},
-    },
-)
+    "verify_result", component="hw.kernels.verify_result:VerifyResult", parameters=PARAMETERS,
+    description="K7 update_verify_result (accept lengths, verified ids, KV writes, evictions, "
+                "next roots, finished) vs golden on draft-round trees (CASE= replay)",
+    # 150 random calls; the throughput figure: n = verify_num = 64 out of 256-node trees, S = 16.
+    config={"vectors": 150,
+            "perf": {"batch_size": 32, "verify_num": 64, "max_node_count": 256, "s": 16}})
 
 TARGETS = [TARGET]

@@ -72,10 +72,6 @@ async def run_calls(bench, calls, *, idle=0.0, backpressure=0.0):
     return run
 
 
-def _requests(calls) -> int:
-    return sum(c.batch_size for c in calls)
-
-
 @cocotb.test()
 async def figures(dut):
     """The throughput call (``perf``), no idle or back-pressure."""
@@ -105,9 +101,8 @@ async def directed(dut):
     """The directed calls, no idle or back-pressure."""
     bench = await KernelBench.start(dut, VerifyResultParams)
     params = bench.params
-    calls = directed_calls(params.max_draft_tokens, params.max_speculative_tokens)
-    await run_calls(bench, calls)
-    write_summary(vectors=len(calls), directed_vectors=len(calls), requests=_requests(calls))
+    await bench.check_calls(run_calls, directed=directed_calls(params.max_draft_tokens,
+                                                               params.max_speculative_tokens))
 
 
 @cocotb.test()
@@ -117,12 +112,8 @@ async def random(dut):
     bench = await KernelBench.start(dut, VerifyResultParams)
     maxd, maxs = bench.params.max_draft_tokens, bench.params.max_speculative_tokens
     random_calls = [random_call(bench.np_rng, maxd, maxs) for _ in range(bench.cfg["vectors"])]
-    calls = random_calls + directed_calls(maxd, maxs)
-    await run_calls(bench, calls, **bench.stress)
-    bench.log(f"{len(calls)} calls ({_requests(calls)} requests) bit-exact with the golden, "
-              "stressed")
-    write_summary(vectors=len(calls), random_vectors=len(random_calls),
-                  requests=_requests(calls))
+    await bench.check_calls(run_calls, random=random_calls, directed=directed_calls(maxd, maxs),
+                            stressed=True)
 
 
 @cocotb.test()

@@ -430,8 +430,7 @@ def write_case_file(call: Call, path) -> None:
     tensors.update({"batch_size": call.batch_size, "num_draft_tokens": call.n,
                     "num_speculative_tokens": call.s, "max_context_len": call.max_context_len,
                     "eos_token_id": call.eos_token_id})
-    tensors.update({f"expected_{name}": want[name] for name in OUTPUT_NAMES})
-    write_case(path, tensors, header=(
+    write_case(path, tensors, expected={name: want[name] for name in OUTPUT_NAMES}, header=(
         "K7 update_verify_result case (golden/verify_result.py)\n"
         "inputs in ABI shapes, flattened; req_to_token is [rows, max_context_len] before the "
         "call;\nexpected_* are the golden's outputs (seq_lens and req_to_token after the call)\n"

@@ -55,19 +55,10 @@ class WorkDeltasTarget(SimTarget):
 
 
 TARGET = WorkDeltasTarget(
-    "work_deltas",
-    "K3 calculate_work_deltas + width policy vs golden (directed + random calls, CASE= "
-    "replay)",
-    component="hw.kernels.work_deltas:WorkDeltas",
-    testbench="sim.work_deltas.tb",
-    parameters=PARAMETERS,
-    config={
-        "vectors": 400,  # random calls, with idle and back-pressure
-        "idle": 0.3,
-        "backpressure": 0.3,
-        # The throughput figure: K = 8, verify_num = 64, a full verify set (ws0 = 64).
-        "perf": {"batch_size": 64, "verify_num": 64, "cumu_count": 1000},
-    },
-)
+    "work_deltas", component="hw.kernels.work_deltas:WorkDeltas", parameters=PARAMETERS,
+    description="K3 calculate_work_deltas + width policy vs golden (directed + random calls, "
+                "CASE= replay)",
+    # 400 random calls; the throughput figure: K = 8, verify_num = 64, a full verify set.
+    config={"vectors": 400, "perf": {"batch_size": 64, "verify_num": 64, "cumu_count": 1000}})
 
 TARGETS = [TARGET]

@@ -93,21 +93,13 @@ async def figures(dut):
                        f"({call_cycles / perf.batch_size:.2f}/request incl. drain and output)"})
 
 
-async def _check_calls(bench, calls, kind, *, idle=0.0, backpressure=0.0):
-    """Run ``calls`` (the ``kind`` phase: "directed" or "random"), log and count them."""
-    await run_calls(bench, calls, idle=idle, backpressure=backpressure)
-    bench.log(f"{len(calls)} {kind} calls ({_requests(calls)} requests) bit-exact with the "
-              f"golden (idle {idle}, back-pressure {backpressure})")
-    write_summary(vectors=len(calls), requests=_requests(calls), **{f"{kind}_vectors": len(calls)})
-
-
 @cocotb.test()
 async def directed(dut):
     """The directed calls of §5, without idle or back-pressure."""
     bench = await KernelBench.start(dut, WorkDeltasParams)
     p = bench.params
-    await _check_calls(bench, directed_calls(p.node_top_k, p.max_verify_num, _max_batch(p)),
-                       "directed")
+    await bench.check_calls(run_calls,
+                            directed=directed_calls(p.node_top_k, p.max_verify_num, _max_batch(p)))
 
 
 @cocotb.test()
@@ -117,7 +109,7 @@ async def random(dut):
     p = bench.params
     calls = [random_call(bench.np_rng, p.node_top_k, p.max_verify_num, _max_batch(p))
              for _ in range(bench.cfg["vectors"])]
-    await _check_calls(bench, calls, "random", **bench.stress)
+    await bench.check_calls(run_calls, random=calls, stressed=True)
 
 
 @cocotb.test()

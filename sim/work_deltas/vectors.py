@@ -369,13 +369,12 @@ def write_case_file(call: Call, path) -> None:
         "verify_num": call.verify_num,
         "max_verify_num": call.max_verify_num,
         "cost_per_node": np.array([call.cost_per_node], F32),
-        "expected_work_deltas": deltas,
-        "expected_next_tree_width": width,
-    }, header="K3 calculate_work_deltas + width policy case (golden/work_deltas.py)\n"
-              "work_scores [batch_size, max_verify_num + node_top_k]; expected_work_deltas "
-              "[node_top_k + 1];\nexpected_next_tree_width = width_policy(expected_work_deltas, "
-              "node_top_k, batch_size, cost_per_node)\n"
-              "written by `python -m sim.work_deltas.vectors`")
+    }, expected={"work_deltas": deltas, "next_tree_width": width},
+        header="K3 calculate_work_deltas + width policy case (golden/work_deltas.py)\n"
+               "work_scores [batch_size, max_verify_num + node_top_k]; expected_work_deltas "
+               "[node_top_k + 1];\nexpected_next_tree_width = width_policy("
+               "expected_work_deltas, node_top_k, batch_size, cost_per_node)\n"
+               "written by `python -m sim.work_deltas.vectors`")
 
 
 if __name__ == "__main__":
