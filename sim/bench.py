@@ -174,6 +174,17 @@ class KernelBench:
                              "expected tensors": f"{len(checked)} of {len(output_names)} "
                                                  "checked"})
 
+    async def replay_case(self, run_calls, call, want: dict, file_expected: dict, output_names,
+                          *, last_port: str, **extra) -> None:
+        """The ``case`` phase of a kernel driven by calls: the golden's outputs ``want`` equal
+        the case file's ``expected_*`` (``check_golden_against_case``), the call alone passes
+        ``run_calls`` (RTL == golden), then ``case_replayed`` with the cycle of the last
+        ``last_port`` transfer and ``extra``."""
+        self.check_golden_against_case(want, file_expected)
+        at = (await run_calls(self, [call])).at
+        self.case_replayed(file_expected, output_names, requests=call.batch_size,
+                           cycles=at[last_port][-1] if at[last_port] else 0, **extra)
+
     def port_bytes(self, at: dict[str, list[int]], names) -> dict[str, int]:
         """Port name -> bytes its beats moved (``sim.targets.port_bytes``)."""
         return {name: port_bytes(len(at[name]), len(getattr(self.dut, f"{name}__payload")))

@@ -5,7 +5,7 @@ import numpy as np
 from hw.kernels.active_slots import ActiveSlots
 from sim.amaranth_tb import records, run_streams
 
-from .vectors import check
+from .vectors import check_calls
 
 __all__ = ["run_on_amaranth"]
 
@@ -25,13 +25,6 @@ def run_on_amaranth(parameters: dict, calls, *, idle=0.0, backpressure=0.0, seed
         backpressure=backpressure, seed=seed,
         max_cycles=int(work / (1 - max(idle, backpressure)) ** 2) * 2 + 1000)
     params = dut.params
-    inv = records(inverse, params.inverse_layout, np.int64)
-    slt = records(slots, params.slot_layout, np.int64)
-    cnt = records(counts, params.count_layout, np.int64)
-    k = 0
-    for index, c in enumerate(calls):
-        b = c.batch_size
-        check(c, {key: v[k:k + b] for key, v in inv.items()},
-              {key: v[k:k + b] for key, v in slt.items()},
-              {key: v[index:index + 1] for key, v in cnt.items()})
-        k += b
+    check_calls(calls, records(inverse, params.inverse_layout, np.int64),
+                records(slots, params.slot_layout, np.int64),
+                records(counts, params.count_layout, np.int64))

@@ -20,7 +20,7 @@ from sim.active_slots.vectors import (
     OUTPUT_NAMES,
     Call,
     call_from_case,
-    check,
+    check_calls,
     directed_calls,
     expected,
     k7_call,
@@ -44,16 +44,9 @@ async def run_calls(bench, calls, *, idle=0.0, backpressure=0.0):
                                     last=position == sizes - 1) if total else []}
     run = await bench.run(feeds, {"inverse": total, "slots": total, "count": len(calls)},
                           work=3 * total + 5 * len(calls), idle=idle, backpressure=backpressure)
-    inv = bench.unpack("inverse", run.items["inverse"], signed=("active_inverse",))
-    slt = bench.unpack("slots", run.items["slots"], signed=("active_slot",))
-    cnt = bench.unpack("count", run.items["count"])
-    k = 0
-    for index, c in enumerate(calls):
-        b = c.batch_size
-        check(c, {key: v[k:k + b] for key, v in inv.items()},
-              {key: v[k:k + b] for key, v in slt.items()},
-              {key: v[index:index + 1] for key, v in cnt.items()})
-        k += b
+    check_calls(calls, bench.unpack("inverse", run.items["inverse"], signed=("active_inverse",)),
+                bench.unpack("slots", run.items["slots"], signed=("active_slot",)),
+                bench.unpack("count", run.items["count"]))
     return run
 
 
@@ -107,10 +100,8 @@ async def case(dut):
     """The case file's call alone: RTL == golden == the case's ``expected_*``."""
     bench = await KernelBench.start(dut, ActiveSlotsParams)
     call, file_expected = call_from_case(bench.cfg["case"])
-    bench.check_golden_against_case(expected(call), file_expected)
-    at = (await run_calls(bench, [call])).at
-    bench.case_replayed(file_expected, OUTPUT_NAMES, requests=call.batch_size,
-                        cycles=at["count"][-1], batch_size=call.batch_size)
+    await bench.replay_case(run_calls, call, expected(call), file_expected, OUTPUT_NAMES,
+                            last_port="count", batch_size=call.batch_size)
 
 
 @cocotb.test()

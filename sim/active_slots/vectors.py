@@ -70,7 +70,21 @@ def decode(call: Call, inverse: dict, slots: dict, count: dict) -> dict:
     return out
 
 
+def check_calls(calls, inverse: dict, slots: dict, count: dict) -> None:
+    """``check`` every call of a back-to-back run: ``inverse`` and ``slots`` hold one record
+    per row of all the calls, ``count`` one per call (field -> array)."""
+    row = 0
+    for index, call in enumerate(calls):
+        rows = slice(row, row + call.batch_size)
+        check(call, {key: v[rows] for key, v in inverse.items()},
+              {key: v[rows] for key, v in slots.items()},
+              {key: v[index:index + 1] for key, v in count.items()})
+        row += call.batch_size
+
+
 def check(call: Call, inverse: dict, slots: dict, count: dict) -> None:
+    """Raise ``AssertionError`` naming the first output of ``call`` that differs from the
+    golden (the unpacked fields of its output records)."""
     got, want = decode(call, inverse, slots, count), expected(call)
     for name in OUTPUT_NAMES:
         if not np.array_equal(got[name], want[name]):

@@ -121,11 +121,8 @@ async def case(dut):
         f"the case (cumu_count {call.cumu_count}, verify_num {call.verify_num}) needs a "
         f"larger model than max_node_count = {maxn}, max_verify_num = {maxv} "
         "(sim.tree_mask.TARGET.case_parameters)")
-    bench.check_golden_against_case(expected(call, maxv), file_expected)
-    run = await run_calls(bench, [call])
-    bench.case_replayed(
-        file_expected, OUTPUT_NAMES, requests=call.batch_size,
-        cycles=run.at["tree"][-1] if run.at["tree"] else 0,
+    await bench.replay_case(
+        run_calls, call, expected(call, maxv), file_expected, OUTPUT_NAMES, last_port="tree",
         tree=f"B={call.batch_size}, cumu_count={call.cumu_count}, n={call.n(maxv)}, "
              f"mode={call.mode}",
         model=f"MAXN={maxn}, MAXV={maxv}, B<={bench.params.max_batch_size}")

@@ -121,11 +121,8 @@ async def case(dut):
     """The case file's call alone: RTL == golden == the case's ``expected_*``."""
     bench = await KernelBench.start(dut, VerifyResultParams)
     call, file_expected = call_from_case(bench.cfg["case"])
-    bench.check_golden_against_case(expected(call), file_expected)
-    at = (await run_calls(bench, [call])).at
-    bench.case_replayed(file_expected, OUTPUT_NAMES, requests=call.batch_size,
-                        cycles=at["result"][-1] if at["result"] else 0,
-                        batch_size=call.batch_size)
+    await bench.replay_case(run_calls, call, expected(call), file_expected, OUTPUT_NAMES,
+                            last_port="result", batch_size=call.batch_size)
 
 
 @cocotb.test()
