@@ -49,6 +49,10 @@ from .tree_mask import (
     unpack_tree_mask,
     verify_set_size,
 )
+from .tree_verify import (
+    draft_tree_reject_sample_from_logits,
+    tree_speculative_sampling_from_logits,
+)
 from .update_state import (
     CUMU_SCORE_SCALE,
     NodeBudgetError,
@@ -103,6 +107,8 @@ __all__ = [
     "MAX_SUM_ERROR",
     "tree_speculative_sampling_target_only",
     "verify_tree_greedy",
+    "tree_speculative_sampling_from_logits",
+    "draft_tree_reject_sample_from_logits",
     "draft_tree_reject_sample",
     "lfsr_coins",
 ]
