@@ -237,8 +237,10 @@ class RowDistribution:
 
 
 def row_distribution(logits: np.ndarray, scale: TemperatureScale, top_k: int = 0,
-                     top_p=np.float32(1.0)) -> RowDistribution:
-    """The distribution of one float32 logits row (see the module docstring)."""
+                     top_p: float = 1.0) -> RowDistribution:
+    """The distribution of one float32 logits row (see the module docstring); ``top_k``
+    (off when ``<= 0`` or ``>= V``) and ``top_p`` (a float32 value, off at 1)."""
+    top_p = np.float32(top_p)
     x = np.array(logits, dtype=np.float32)
     nan = np.isnan(x)
     x[nan] = -np.inf

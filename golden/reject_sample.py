@@ -349,6 +349,16 @@ def lfsr_coins(seeds, num_draft_tokens):
     return np.ascontiguousarray(coins[:, :n]), np.ascontiguousarray(coins[:, n])
 
 
+def tree_lfsr_coins(candidates, seeds):
+    """:func:`lfsr_coins` for a tree call: ``seeds`` checked against ``candidates`` [B, n]."""
+    if not isinstance(candidates, np.ndarray) or candidates.ndim != 2:
+        raise ValueError("`candidates` must be a 2-D numpy array [B, n]")
+    b, n = candidates.shape
+    if not isinstance(seeds, np.ndarray) or seeds.dtype.kind not in "iu" or seeds.shape != (b,):
+        raise ValueError(f"`seeds` must be an integer numpy array of shape ({b},)")
+    return lfsr_coins(seeds, n)
+
+
 def draft_tree_reject_sample(
     predicts,
     accept_index,
@@ -371,12 +381,7 @@ def draft_tree_reject_sample(
     array [B], values in ``[0, 2^32)``; 0 is replaced by the LFSR's ``ZERO_SEED_STATE``) in
     place of ``uniform_samples`` and ``uniform_samples_for_final_sampling``.
     """
-    if not isinstance(candidates, np.ndarray) or candidates.ndim != 2:
-        raise ValueError("`candidates` must be a 2-D numpy array [B, n]")
-    b, n = candidates.shape
-    if not isinstance(seeds, np.ndarray) or seeds.dtype.kind not in "iu" or seeds.shape != (b,):
-        raise ValueError(f"`seeds` must be an integer numpy array of shape ({b},)")
-    coins, coin_final = lfsr_coins(seeds, n)
+    coins, coin_final = tree_lfsr_coins(candidates, seeds)
     tree_speculative_sampling_target_only(
         predicts, accept_index, accept_token_num, candidates, retrive_index,
         retrive_next_token, retrive_next_sibling, coins, coin_final, target_probs,

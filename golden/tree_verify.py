@@ -23,7 +23,7 @@ import numpy as np
 
 from ._abi import check_index_range, in_view, out_view
 from .logit_rows import GREEDY_TEMPERATURE, row_distribution, temperature_scale
-from .reject_sample import _commit, _threshold, _tree_views, _walk, lfsr_coins
+from .reject_sample import _commit, _threshold, _tree_views, _walk, tree_lfsr_coins
 
 __all__ = ["tree_speculative_sampling_from_logits", "draft_tree_reject_sample_from_logits",
            "tree_speculative_sampling_from_logits_reference", "visited_rows"]
@@ -140,24 +140,10 @@ def _run(arguments, nan_flags, rows_read):
 
 
 def tree_speculative_sampling_from_logits(
-    predicts,
-    accept_index,
-    accept_token_num,
-    candidates,
-    retrive_index,
-    retrive_next_token,
-    retrive_next_sibling,
-    uniform_samples,
-    uniform_samples_for_final_sampling,
-    target_logits,
-    temperatures,
-    threshold_single=1.0,
-    threshold_acc=1.0,
-    top_k=None,
-    top_p=None,
-    *,
-    nan_flags=None,
-    rows_read=None,
+    predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
+    retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target_logits,
+    temperatures, threshold_single=1.0, threshold_acc=1.0, top_k=None, top_p=None, *,
+    nan_flags=None, rows_read=None,
 ) -> None:
     """§10: tree speculative sampling from logits, in place.
 
@@ -186,32 +172,13 @@ def tree_speculative_sampling_from_logits(
 
 
 def draft_tree_reject_sample_from_logits(
-    predicts,
-    accept_index,
-    accept_token_num,
-    candidates,
-    retrive_index,
-    retrive_next_token,
-    retrive_next_sibling,
-    seeds,
-    target_logits,
-    temperatures,
-    threshold_single=1.0,
-    threshold_acc=1.0,
-    top_k=None,
-    top_p=None,
-    *,
-    nan_flags=None,
-    rows_read=None,
+    predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
+    retrive_next_sibling, seeds, target_logits, temperatures, threshold_single=1.0,
+    threshold_acc=1.0, top_k=None, top_p=None, *, nan_flags=None, rows_read=None,
 ) -> None:
     """:func:`tree_speculative_sampling_from_logits` with the coins of
     :func:`golden.reject_sample.lfsr_coins` ``(seeds, n)`` (``seeds``: integer [B])."""
-    if not isinstance(candidates, np.ndarray) or candidates.ndim != 2:
-        raise ValueError("`candidates` must be a 2-D numpy array [B, n]")
-    b, n = candidates.shape
-    if not isinstance(seeds, np.ndarray) or seeds.dtype.kind not in "iu" or seeds.shape != (b,):
-        raise ValueError(f"`seeds` must be an integer numpy array of shape ({b},)")
-    coins, coin_final = lfsr_coins(seeds, n)
+    coins, coin_final = tree_lfsr_coins(candidates, seeds)
     tree_speculative_sampling_from_logits(
         predicts, accept_index, accept_token_num, candidates, retrive_index,
         retrive_next_token, retrive_next_sibling, coins, coin_final, target_logits,

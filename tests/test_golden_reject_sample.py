@@ -552,11 +552,9 @@ LOSSLESS_TOKENS = [0, 2, 5, 0, 1, 2, 7]
 ROOT_CHILDREN = (1, 2, 3)
 
 
-def lossless_batch(trials, seed):
-    """One call of ``trials`` requests on the fixed tree with per-trial LFSR seeds."""
-    rng = np.random.default_rng(20240601)
-    rows = 0.2 / LOSSLESS_V + 0.8 * rng.dirichlet(np.full(LOSSLESS_V, 1.5), size=LOSSLESS_N)
-    rows = rows.astype(np.float32)
+def lossless_tree(trials, seed):
+    """``trials`` requests on the fixed tree (outputs, tree arrays and distinct per-trial LFSR
+    ``seeds`` in random order), for any sampler of the tree."""
     n = LOSSLESS_N
     case = {
         "predicts": np.full(trials * n, -1, np.int32),
@@ -566,13 +564,23 @@ def lossless_batch(trials, seed):
         "retrive_index": np.arange(trials * n, dtype=np.int64).reshape(trials, n),
         "retrive_next_token": np.tile(np.array(LOSSLESS_NEXT, np.int64), (trials, 1)),
         "retrive_next_sibling": np.tile(np.array(LOSSLESS_SIBLING, np.int64), (trials, 1)),
-        "target_probs": np.ascontiguousarray(np.broadcast_to(rows, (trials, n, LOSSLESS_V))),
-        "draft_probs": np.zeros((trials, n, LOSSLESS_V), np.float32),
     }
     seeds = np.random.default_rng(seed).integers(1, 2**32, size=2 * trials, dtype=np.int64)
     _, first_at = np.unique(seeds, return_index=True)
-    case["seeds"] = seeds[np.sort(first_at)[:trials]]  # distinct, in random order
+    case["seeds"] = seeds[np.sort(first_at)[:trials]]
     assert case["seeds"].size == trials
+    return case
+
+
+def lossless_batch(trials, seed):
+    """One K6 call of ``trials`` requests on the fixed tree with per-trial LFSR seeds."""
+    rng = np.random.default_rng(20240601)
+    rows = 0.2 / LOSSLESS_V + 0.8 * rng.dirichlet(np.full(LOSSLESS_V, 1.5), size=LOSSLESS_N)
+    rows = rows.astype(np.float32)
+    case = lossless_tree(trials, seed)
+    case["target_probs"] = np.ascontiguousarray(
+        np.broadcast_to(rows, (trials, LOSSLESS_N, LOSSLESS_V)))
+    case["draft_probs"] = np.zeros((trials, LOSSLESS_N, LOSSLESS_V), np.float32)
     return case, rows
 
 
@@ -584,6 +592,9 @@ def lossless_pvalues(case, rows):
     pvalues = {"first": chi2_pvalue(np.bincount(first, minlength=LOSSLESS_V), rows[0])}
     for c in ROOT_CHILDREN:
         taken = first == LOSSLESS_TOKENS[c]
+        if rows[0][LOSSLESS_TOKENS[c]] == 0:  # a token of probability 0 never comes out
+            pvalues[f"first is {LOSSLESS_TOKENS[c]}"] = 0.0 if taken.any() else 1.0
+            continue
         second = predicts[taken, c]
         if (second < 0).any():  # child c's token came out although c was not accepted
             pvalues[f"second|{c}"] = 0.0

@@ -6,6 +6,13 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from test_golden_reject_sample import (
+    LOSSLESS_N,
+    LOSSLESS_V,
+    lossless_pvalues,
+    lossless_tree,
+    random_tree,
+)
 
 import golden.logit_rows as logit_rows
 from golden.logit_rows import (
@@ -28,7 +35,6 @@ from golden.tree_verify import (
     tree_speculative_sampling_from_logits_reference,
     visited_rows,
 )
-from test_golden_reject_sample import chi2_pvalue, random_tree
 
 F32 = np.float32
 OUTPUTS = ("predicts", "accept_index", "accept_token_num")
@@ -358,68 +364,32 @@ def test_invalid_arguments_raise_before_any_write(change, match):
 
 # --- losslessness (chi-square) ----------------------------------------------------------------
 
-# Fixed tree: root -> 1, 2, 3; 1 -> 4, 5; 2 -> 6. Distinct tokens among siblings.
-LOSSLESS_N, LOSSLESS_V, LOSSLESS_S = 7, 8, 3
-LOSSLESS_NEXT = [1, 4, 6, -1, -1, -1, -1]
-LOSSLESS_SIBLING = [-1, 2, 3, -1, 5, -1, -1]
-LOSSLESS_TOKENS = [0, 2, 5, 0, 1, 2, 7]
 LOSSLESS_TEMPERATURE = F32(0.8)
 
 
 def run_lossless(trials, seed, *, top_p=1.0, squash=False):
-    """``trials`` requests on the fixed tree with LFSR coins (squared when ``squash``: a
-    biased sampler); p-values of the first token vs the root row and of the second token given
-    each root child vs that child's row."""
-    rows = (np.random.default_rng(20240602).standard_normal((LOSSLESS_N, LOSSLESS_V)) * 0.5)
+    """``trials`` requests on K6's fixed lossless tree with LFSR coins (squared when
+    ``squash``: a biased sampler) and fixed logits rows: the chi-square p-values of the first
+    token and of the second token given each root child (``lossless_pvalues``)."""
+    rows = np.random.default_rng(20240602).standard_normal((LOSSLESS_N, LOSSLESS_V)) * 0.5
     rows = rows.astype(np.float32)
-    n = LOSSLESS_N
-    case = {
-        "predicts": np.full(trials * n, -1, np.int32),
-        "accept_index": np.full((trials, LOSSLESS_S), -1, np.int32),
-        "accept_token_num": np.zeros(trials, np.int32),
-        "candidates": np.tile(np.array(LOSSLESS_TOKENS, np.int64), (trials, 1)),
-        "retrive_index": np.arange(trials * n, dtype=np.int64).reshape(trials, n),
-        "retrive_next_token": np.tile(np.array(LOSSLESS_NEXT, np.int64), (trials, 1)),
-        "retrive_next_sibling": np.tile(np.array(LOSSLESS_SIBLING, np.int64), (trials, 1)),
-        "target_logits": np.ascontiguousarray(np.broadcast_to(rows, (trials, n, LOSSLESS_V))),
-        "temperatures": np.full(trials, LOSSLESS_TEMPERATURE, np.float32),
-        "top_p": np.full(trials, top_p, np.float32),
-    }
-    seeds = np.random.default_rng(seed).integers(1, 2**32, size=2 * trials, dtype=np.int64)
-    seeds = np.unique(seeds)[:trials]  # distinct
-    np.random.default_rng(seed).shuffle(seeds)
-    coins, final = lfsr_coins(seeds, n)
-    if squash:
-        coins = coins * coins
-    tree_speculative_sampling_from_logits(**case, uniform_samples=coins,
-                                          uniform_samples_for_final_sampling=final)
-    target = [reference_probabilities(row, float(LOSSLESS_TEMPERATURE), 0, top_p) for row in rows]
-    predicts = case["predicts"].reshape(trials, n)
-    first = predicts[:, 0]
-    pvalues = {"first": chi2_pvalue(np.bincount(first, minlength=LOSSLESS_V), target[0])}
-    for child in (1, 2, 3):
-        if target[0][LOSSLESS_TOKENS[child]] == 0:  # cut by top-p: never the first token
-            assert (first != LOSSLESS_TOKENS[child]).all()
-            continue
-        second = predicts[first == LOSSLESS_TOKENS[child], child]
-        pvalues[f"second|{child}"] = 0.0 if (second < 0).any() else chi2_pvalue(
-            np.bincount(second, minlength=LOSSLESS_V), target[child])
-    return pvalues
+    case = lossless_tree(trials, seed)
+    coins, final = lfsr_coins(case.pop("seeds"), LOSSLESS_N)
+    tree_speculative_sampling_from_logits(
+        **case, uniform_samples=coins * coins if squash else coins,
+        uniform_samples_for_final_sampling=final,
+        target_logits=np.ascontiguousarray(np.broadcast_to(rows, (trials, *rows.shape))),
+        temperatures=np.full(trials, LOSSLESS_TEMPERATURE, np.float32),
+        top_p=np.full(trials, top_p, np.float32))
+    return lossless_pvalues(case, [reference_probabilities(row, float(LOSSLESS_TEMPERATURE),
+                                                           0, top_p) for row in rows])
 
 
+@pytest.mark.parametrize("trials", [30_000, pytest.param(100_000, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("top_p", [1.0, 0.8])
-def test_lossless_30k(top_p, sim_report):
-    pvalues = run_lossless(30_000, 5, top_p=top_p)
-    sim_report(f"tree_verify lossless (30,000 trials, top_p {top_p}): p = "
-               + ", ".join(f"{k} {v:.3f}" for k, v in pvalues.items()))
-    assert all(p > 0.001 for p in pvalues.values()), pvalues
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("top_p", [1.0, 0.8])
-def test_lossless_100k(top_p, sim_report):
-    pvalues = run_lossless(100_000, 6, top_p=top_p)
-    sim_report(f"tree_verify lossless (100,000 trials, top_p {top_p}): p = "
+def test_lossless(trials, top_p, sim_report):
+    pvalues = run_lossless(trials, trials + 5, top_p=top_p)
+    sim_report(f"tree_verify lossless ({trials:,} trials, top_p {top_p}): p = "
                + ", ".join(f"{k} {v:.3f}" for k, v in pvalues.items()))
     assert all(p > 0.001 for p in pvalues.values()), pvalues
 
