@@ -8,12 +8,12 @@ change a bit.
 
 Per request, with temperature ``T`` (``>= 1e-6``; smaller is greedy and never comes here):
 
-1. ``c = log2(e) / T`` as ``C * 2**e_c`` with a 27-bit ``C`` (round to nearest) from an
+1. ``c = log2(e) / T`` as ``C * 2**e_c`` with a 26-bit ``C`` (round to nearest) from an
    exact integer division (``temperature_scale``).
 2. The row's grid ``2**L``, ``L = -e_c - 52``: every logit is aligned to it,
    ``A = floor(x / 2**L) mod 2**40``; ``D = (A - A_max) mod 2**40`` (signed) is
    ``x - max`` on the grid. A token is in range when ``x >= fl32(max - 2**(L+34))`` (a float
-   compare that rules out wrap-around) and ``D >= -2**32``; a token equal to the maximum has
+   compare that rules out wrap-around) and ``D >= -2**33``; a token equal to the maximum has
    ``D = 0`` (so an all ``-inf`` row is uniform, and ``+inf`` tokens share the mass).
 3. ``y = (D * C) >> 26`` (floor): ``log2`` of the exponential with 26 fraction bits,
    ``-128 < y <= 0``.
@@ -37,17 +37,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GREEDY_TEMPERATURE", "TemperatureScale", "RowDistribution", "temperature_scale",
+__all__ = ["GREEDY_TEMPERATURE", "TemperatureScale", "RowConstants", "RowDistribution",
+           "temperature_scale", "row_constants", "lane_exponentials", "normaliser_terms",
            "row_distribution", "exp2_fixed", "align_to_grid", "EXP_TABLE", "ratio_to_float32"]
 
 #: Requests below this temperature are greedy (argmax), as §7.
 GREEDY_TEMPERATURE = 1e-6
 
-SCALE_BITS = 27  # bits of C
+SCALE_BITS = 26  # bits of C
 Y_FRACTION_BITS = 26  # fraction bits of y
 GRID_OFFSET = 52  # L = -e_c - GRID_OFFSET: y = D * C * 2**-(26 + 26)
 ALIGN_BITS = 40  # width of the aligned logits A (wrap-around arithmetic)
-RANGE_BITS = 32  # D >= -2**RANGE_BITS is in range (|y| < 128)
+RANGE_BITS = 33  # D >= -2**RANGE_BITS is in range (|y| < 128)
 COARSE_BITS = RANGE_BITS + 2  # the float pre-check's margin
 TABLE_BITS = 10  # 2**-r: 1024-entry table indexed by the top fraction bits
 MANTISSA_BITS = 31  # E in (2**30, 2**31]
@@ -74,7 +75,7 @@ EXP_TABLE = np.array([round(2.0 ** (MANTISSA_BITS - i / (1 << TABLE_BITS)))
 
 @dataclass(frozen=True)
 class TemperatureScale:
-    """``c = log2(e) / T = mantissa * 2**exponent`` (``mantissa`` 27 bits, top bit set)."""
+    """``c = log2(e) / T = mantissa * 2**exponent`` (``mantissa`` 26 bits, top bit set)."""
 
     mantissa: int
     exponent: int
@@ -96,7 +97,7 @@ def _float32_parts(value) -> tuple[int, int]:
 
 def temperature_scale(temperature) -> TemperatureScale:
     """The request's scale for a float32 temperature ``T >= 1e-6`` (round to nearest, ties
-    to even, of ``LOG2E_Q64 / T`` to 27 bits: what a restoring divider with one extra
+    to even, of ``LOG2E_Q64 / T`` to 26 bits: what a restoring divider with one extra
     quotient bit and a sticky remainder gives)."""
     t_mantissa, t_exponent = _float32_parts(temperature)
     if t_mantissa <= 0:
@@ -107,7 +108,7 @@ def temperature_scale(temperature) -> TemperatureScale:
         quotient, remainder = divmod(numerator, t_mantissa << max(-shift, 0))
         return quotient, remainder != 0
 
-    # The quotient in [2**27, 2**28): 27 bits and a guard bit.
+    # The quotient in [2**26, 2**27): 26 bits and a guard bit.
     shift = SCALE_BITS + 1 - (LOG2E_Q64.bit_length() - t_mantissa.bit_length())
     if divide(shift)[0] >> (SCALE_BITS + 1):
         shift -= 1
@@ -142,10 +143,10 @@ def exp2_fixed(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     index = fraction >> (Y_FRACTION_BITS - TABLE_BITS)
     low = fraction & ((1 << (Y_FRACTION_BITS - TABLE_BITS)) - 1)
     a = (low * LN2_Q18) >> 12  # a * 2**32, a = low * 2**-26 * ln 2 < 2**-10
-    a_squared_half = ((a >> 11) ** 2) >> 11  # a**2 / 2 * 2**32
+    a_squared_half = ((a >> 13) ** 2) >> 7  # a**2 / 2 * 2**32
     correction = a - a_squared_half
     table = EXP_TABLE[index]
-    return table - (((table >> 14) * correction) >> 18), k
+    return table - (((table >> 15) * correction) >> 17), k
 
 
 def ratio_to_float32(numerator: int, denominator: int) -> np.float32:
@@ -236,6 +237,55 @@ class RowDistribution:
         return len(terms) - 1
 
 
+@dataclass(frozen=True)
+class RowConstants:
+    """What every lane needs of a row besides its own logit: the row's maximum ``peak``
+    (float32), the grid ``L``, ``floor(peak / 2**L) mod 2**40`` (``peak_aligned``; 0 for an
+    infinite peak), the coarse threshold ``fl32(peak - 2**(L+34))`` and the scale ``C``."""
+
+    peak: np.float32
+    grid: int
+    peak_aligned: int
+    threshold: np.float32
+    scale: int
+
+
+def row_constants(x: np.ndarray, scale: TemperatureScale) -> RowConstants:
+    """The constants of a float32 row without NaN (NaN already read as ``-inf``)."""
+    peak = x.max()
+    grid = scale.grid
+    margin = np.float32(np.inf) if grid + COARSE_BITS > 127 else np.float32(
+        2.0 ** (grid + COARSE_BITS))
+    with np.errstate(invalid="ignore"):
+        threshold = np.float32(peak - margin)
+    peak_aligned = int(align_to_grid(np.array([peak if np.isfinite(peak) else 0], np.float32),
+                                     grid)[0])
+    return RowConstants(peak, grid, peak_aligned, threshold, scale.mantissa)
+
+
+def lane_exponentials(x: np.ndarray, row: RowConstants) -> tuple[np.ndarray, np.ndarray]:
+    """What the lanes compute per logit (float32 without NaN): the exponential ``(E, k)``,
+    ``E * 2**(-31 - k)`` (``E = 0`` out of range)."""
+    with np.errstate(invalid="ignore"):
+        coarse = x >= row.threshold
+    equal = x == row.peak
+    finite = np.isfinite(x) & np.isfinite(row.peak)
+    aligned = align_to_grid(np.where(finite, x, 0).astype(np.float32), row.grid)
+    half = 1 << (ALIGN_BITS - 1)
+    difference = ((aligned - row.peak_aligned + half) & _MASK40) - half
+    valid = equal | (coarse & finite & (difference >= -(1 << RANGE_BITS)))
+    difference = np.where(valid & ~equal, difference, 0)
+    y = (difference * row.scale) >> Y_FRACTION_BITS
+    mantissa, shift = exp2_fixed(-y)
+    return np.where(valid, mantissa, 0), shift
+
+
+def normaliser_terms(mantissa: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """``floor(e * 2**56)`` of the exponentials ``(E, k)``."""
+    up = TERM_BITS - MANTISSA_BITS - shift
+    return np.where(up >= 0, mantissa << np.clip(up, 0, 62), mantissa >> np.clip(-up, 0, 63))
+
+
 def row_distribution(logits: np.ndarray, scale: TemperatureScale, top_k: int = 0,
                      top_p: float = 1.0) -> RowDistribution:
     """The distribution of one float32 logits row (see the module docstring); ``top_k``
@@ -245,29 +295,9 @@ def row_distribution(logits: np.ndarray, scale: TemperatureScale, top_k: int = 0
     nan = np.isnan(x)
     x[nan] = -np.inf
     vocab = x.size
-    peak = x.max()
-    grid = scale.grid
-    margin = np.float32(np.inf) if grid + COARSE_BITS > 127 else np.float32(
-        2.0 ** (grid + COARSE_BITS))
-    with np.errstate(invalid="ignore"):
-        coarse = x >= np.float32(peak - margin)
-    equal = x == peak
-    finite = np.isfinite(x) & np.isfinite(peak)
-    aligned = np.where(finite, align_to_grid(np.where(finite, x, 0).astype(np.float32), grid),
-                       0)
-    peak_aligned = int(align_to_grid(np.array([peak if np.isfinite(peak) else 0],
-                                              np.float32), grid)[0])
-    half = 1 << (ALIGN_BITS - 1)
-    difference = ((aligned - peak_aligned + half) & _MASK40) - half
-    difference = np.where(equal, 0, difference)
-    valid = equal | (coarse & finite & (difference >= -(1 << RANGE_BITS)))
-    difference = np.where(valid, difference, 0)
-    y = (difference * scale.mantissa) >> Y_FRACTION_BITS
-    mantissa, shift = exp2_fixed(-y)
-    mantissa = np.where(valid, mantissa, 0)
-    key = np.where(valid, ((127 - shift) << MANTISSA_BITS) + mantissa, 0)
-    up = TERM_BITS - MANTISSA_BITS - shift
-    term = np.where(up >= 0, mantissa << np.clip(up, 0, 62), mantissa >> np.clip(-up, 0, 63))
+    mantissa, shift = lane_exponentials(x, row_constants(x, scale))
+    key = np.where(mantissa > 0, ((127 - shift) << MANTISSA_BITS) + mantissa, 0)
+    term = normaliser_terms(mantissa, shift)
     kept = np.ones(vocab, dtype=bool)
     if 0 < top_k < vocab:
         kept &= key >= np.partition(key, vocab - top_k)[vocab - top_k]

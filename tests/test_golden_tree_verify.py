@@ -44,22 +44,22 @@ OUTPUTS = ("predicts", "accept_index", "accept_token_num")
 
 
 @pytest.mark.parametrize("temperature", [1e-6, 3e-4, 0.05, 0.7, 1.0, 1.5, 10.0, 1e6, 3e38])
-def test_temperature_scale_is_log2e_over_t_rounded_to_27_bits(temperature):
+def test_temperature_scale_is_log2e_over_t_rounded_to_26_bits(temperature):
     t = F32(temperature)
     scale = temperature_scale(t)
-    assert 1 << 26 <= scale.mantissa < 1 << 27
+    assert 1 << 25 <= scale.mantissa < 1 << 26
     exact = Fraction(logit_rows.LOG2E_Q64, 1 << 64) / Fraction(float(t))
     ulp = Fraction(2) ** scale.exponent
     assert abs(scale.mantissa * ulp - exact) <= ulp / 2
 
 
-def test_exp2_fixed_is_within_2e_8_of_exp2():
+def test_exp2_fixed_is_within_3e_8_of_exp2():
     z = np.unique(np.concatenate([np.arange(0, 1 << 33, 8191, dtype=np.int64),
                                   np.array([0, 1, (1 << 26) - 1, 1 << 26, (1 << 33) - 1])]))
     mantissa, shift = exp2_fixed(z)
     assert mantissa.min() > 1 << 30 and mantissa.max() <= 1 << 31
     value = mantissa * np.exp2(-31.0 - shift)
-    assert np.abs(value / np.exp2(-z / 2.0**26) - 1).max() < 2e-8
+    assert np.abs(value / np.exp2(-z / 2.0**26) - 1).max() < 3e-8
     assert EXP_TABLE[0] == 1 << 31
 
 

@@ -1,0 +1,161 @@
+"""One lane of the fused verify (docs/tree_verify.md): a logit to its fixed-point exponential
+and normaliser term, bit-exact with ``golden.logit_rows.lane_exponentials`` and
+``normaliser_terms``, and the lane's exact running sum of the terms.
+
+The lane takes one logit per clock while ``en`` is high and answers ``LATENCY`` enabled clocks
+later; the row's constants (``golden.logit_rows.RowConstants``) are static while its logits
+are in flight. The fused verify instantiates ``lanes`` of them per memory word.
+"""
+
+from amaranth.hdl import Module, Mux, Signal, signed, unsigned
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from golden.logit_rows import (
+    ALIGN_BITS,
+    EXP_TABLE,
+    LN2_Q18,
+    MANTISSA_BITS,
+    RANGE_BITS,
+    SCALE_BITS,
+    TABLE_BITS,
+    TERM_BITS,
+    Y_FRACTION_BITS,
+)
+from hw.lib.float32 import float32_fields, float32_order_key
+from hw.lib.pipeline import stage
+
+__all__ = ["LogitLane", "SUM_BITS", "GRID_BITS"]
+
+GRID_BITS = 10  # signed width of the grid exponent L
+SUM_BITS = TERM_BITS + 1 + 24  # terms up to 2**56, up to 2**24 of them per row
+_NEG_INF = 0xFF800000
+
+
+class LogitLane(wiring.Component):
+    """A logit's exponential ``E * 2**(-31 - k)`` and term ``floor(e * 2**56)``; ``LATENCY``
+    clocks.
+
+    Members
+    -------
+    en : In(1)
+        Clock enable: every register advances when high.
+    peak, threshold : In(32)
+        The row's maximum and coarse threshold (float32 bit patterns; the peak is not NaN).
+    grid : In(signed(10))
+        ``L``.
+    peak_aligned : In(40)
+        ``floor(peak / 2**L) mod 2**40``.
+    scale : In(26)
+        ``C``.
+    logit : In(32)
+        A float32 logit (NaN read as ``-inf``).
+    valid : In(1)
+        Whether ``logit`` belongs to the row (a word's lanes past ``V`` do not).
+    clear : In(1)
+        Start a new sum: the sum of the next enabled clock holds only that clock's term.
+    mantissa : Out(32)
+        ``E`` (0 when out of range), ``LATENCY`` enabled clocks after ``logit``.
+    shift : Out(7)
+        ``k``.
+    term : Out(57)
+        ``floor(e * 2**56)``.
+    out_valid : Out(1)
+        ``valid``, delayed like the results.
+    sum : Out(SUM_BITS)
+        The exact sum of the terms of the valid logits since ``clear`` (the clear travels with
+        the logits: a row's sum is complete when its last logit's outputs appear).
+    """
+
+    LATENCY = 7
+
+    def __init__(self):
+        super().__init__({
+            "en": In(1), "peak": In(32), "threshold": In(32), "grid": In(signed(GRID_BITS)),
+            "peak_aligned": In(ALIGN_BITS), "scale": In(SCALE_BITS), "logit": In(32),
+            "valid": In(1), "clear": In(1),
+            "mantissa": Out(32), "shift": Out(7), "term": Out(TERM_BITS + 1),
+            "out_valid": Out(1), "sum": Out(SUM_BITS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        en = self.en
+
+        # 1. Classify and measure the alignment shift.
+        raw = float32_fields(self.logit)
+        x = Mux(raw.is_nan, _NEG_INF, self.logit)
+        fields, peak = float32_fields(x), float32_fields(self.peak)
+        threshold = float32_fields(self.threshold)
+        key = float32_order_key(x)
+        equal = key == float32_order_key(self.peak)
+        coarse = ~threshold.is_nan & (key >= float32_order_key(self.threshold))
+        finite = ~fields.is_inf & ~peak.is_inf
+        signed_mantissa = Mux(fields.sign, -fields.mantissa, fields.mantissa)
+        amount = fields.exponent_eff - 150 - self.grid  # signed
+        s1 = {name: stage(m, en, value, name=f"s1_{name}") for name, value in {
+            "mantissa": signed_mantissa.as_signed(), "amount": amount, "equal": equal,
+            "keep": coarse & finite, "valid": self.valid, "clear": self.clear}.items()}
+
+        # 2. floor(x / 2**L) mod 2**40.
+        left = (s1["mantissa"] << s1["amount"][:6])[:ALIGN_BITS]
+        right = s1["mantissa"] >> (-s1["amount"]).as_unsigned()[:6]  # signed: extended below
+        aligned = Mux(s1["amount"] >= ALIGN_BITS, 0,
+                      Mux(s1["amount"] >= 0, left,
+                          Mux(s1["amount"] < -63, Mux(s1["mantissa"] < 0, -1, 0), right)))
+        s2 = {name: stage(m, en, value, name=f"s2_{name}") for name, value in {
+            "aligned": aligned[:ALIGN_BITS], "equal": s1["equal"], "keep": s1["keep"],
+            "valid": s1["valid"], "clear": s1["clear"]}.items()}
+
+        # 3. D = x - peak on the grid, the range check, |D|.
+        difference = (s2["aligned"] - self.peak_aligned)[:ALIGN_BITS].as_signed()
+        in_range = s2["equal"] | (s2["keep"] & (difference >= -(1 << RANGE_BITS)))
+        distance = Mux(in_range & ~s2["equal"], -difference, 0)[:RANGE_BITS + 1]
+        s3 = {name: stage(m, en, value, name=f"s3_{name}") for name, value in {
+            "distance": distance, "in_range": in_range, "valid": s2["valid"],
+            "clear": s2["clear"]}.items()}
+
+        # 4. -y = ceil(|D| * C / 2**26): integer part k, fraction split for table and series.
+        product = stage(m, en, s3["distance"] * self.scale, name="s4_product")
+        s4 = {name: stage(m, en, s3[name], name=f"s4_{name}")
+              for name in ("in_range", "valid", "clear")}
+        z = (product + (1 << Y_FRACTION_BITS) - 1) >> Y_FRACTION_BITS
+        fraction = z[:Y_FRACTION_BITS]
+        low_bits = Y_FRACTION_BITS - TABLE_BITS
+        table = Memory(shape=unsigned(MANTISSA_BITS + 1), depth=1 << TABLE_BITS,
+                       init=[int(v) for v in EXP_TABLE])
+        m.submodules.table = table
+        read = table.read_port()
+        m.d.comb += [read.en.eq(en), read.addr.eq(fraction[low_bits:])]
+        a = ((fraction[:low_bits] * LN2_Q18) >> 12)[:22]  # a * 2**32
+        s5 = {name: stage(m, en, value, name=f"s5_{name}") for name, value in {
+            "a": a, "shift": z[Y_FRACTION_BITS:Y_FRACTION_BITS + 7], "in_range": s4["in_range"],
+            "valid": s4["valid"], "clear": s4["clear"]}.items()}
+
+        # 5. E = T[i] - ((T[i] >> 15) * (a - a**2/2)) >> 17.
+        half_square = ((s5["a"] >> 13) * (s5["a"] >> 13)) >> 7
+        correction = (s5["a"] - half_square)[:22]
+        scaled = stage(m, en, (read.data >> 15) * correction, name="s6_scaled")
+        t = stage(m, en, read.data, name="s6_table")
+        s6 = {name: stage(m, en, s5[name], name=f"s6_{name}")
+              for name in ("shift", "in_range", "valid", "clear")}
+        mantissa = Mux(s6["in_range"], t - (scaled >> 17), 0)[:32]
+
+        # 6. The term floor(E * 2**(25 - k)) and the outputs.
+        up = TERM_BITS - MANTISSA_BITS  # 25
+        k = s6["shift"]
+        term = Mux(k <= up, (mantissa << (up - k).as_unsigned()[:5]),
+                   mantissa >> (k - up).as_unsigned()[:7])[:TERM_BITS + 1]
+        m.d.comb += [
+            self.mantissa.eq(stage(m, en, mantissa, name="s7_mantissa")),
+            self.shift.eq(stage(m, en, k, name="s7_shift")),
+            self.term.eq(stage(m, en, term, name="s7_term")),
+            self.out_valid.eq(stage(m, en, s6["valid"], name="s7_valid")),
+        ]
+        total = Signal(SUM_BITS)
+        counted = Mux(s6["valid"], term, 0)
+        with m.If(en):
+            m.d.sync += total.eq(Mux(s6["clear"], 0, total) + counted)
+        m.d.comb += self.sum.eq(total)
+        return m
