@@ -17,15 +17,17 @@ Per request, with temperature ``T`` (``>= 1e-6``; smaller is greedy and never co
    ``D = 0`` (so an all ``-inf`` row is uniform, and ``+inf`` tokens share the mass).
 3. ``y = (D * C) >> 26`` (floor): ``log2`` of the exponential with 26 fraction bits,
    ``-128 < y <= 0``.
-4. ``2**y = 2**-k * 2**-r``: ``2**-r`` from a 1024-entry table of 31-bit values and the
-   second-order correction ``1 - a + a**2/2``, ``a = r2 * ln 2`` for the last 16 fraction
-   bits, giving a mantissa ``E`` in ``(2**30, 2**31]``: ``e = E * 2**(-31 - k)``.
+4. ``2**y = 2**-k * 2**-r``: ``2**-r`` from a 1024-entry table of 31-bit values at the
+   nearest table point and the first-order correction ``1 - a``, ``a = r2 * ln 2`` for the
+   signed rest ``r2`` (``|r2| <= 2**-11``): ``e = E * 2**(-31 - k)``, ``E`` about
+   ``(2**30, 2**31]``.
 5. The normaliser's terms are ``e`` on the grid ``2**-56`` (floor): ``term = E << (25 - k)``
    or ``E >> (k - 25)``; the sum is exact. Out-of-range tokens have ``e = 0``.
 
-top-k keeps the tokens whose ``e`` is at least the k-th largest (ties kept); top-p then keeps
-those at least ``tau``, the largest ``e`` whose descending cumulative term sum reaches
-``top_p`` times the kept sum (ties kept). A decision's probability of token ``j`` is
+The row's ranking is ``y`` (the scaled logit on the grid, exactly monotone in the logit):
+top-k keeps the tokens whose ``y`` is at least the k-th largest (ties kept); top-p then keeps
+those whose ``y`` is at least ``tau``, the ``y`` at which the descending cumulative term sum
+reaches ``top_p`` times the kept sum (ties kept). A decision's probability of token ``j`` is
 ``e_j / (sum of kept terms * 2**-56)`` rounded once to float32; the residual draw is an
 inverse CDF over the kept terms (exact integers) in token order.
 """
@@ -137,16 +139,20 @@ def align_to_grid(x: np.ndarray, grid: int) -> np.ndarray:
 
 def exp2_fixed(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``2**(-z / 2**26)`` for int64 ``0 <= z < 2**33`` as ``(E, k)``: ``E * 2**(-31 - k)``,
-    ``E`` in ``(2**30, 2**31]``."""
+    ``E`` within ``4e-4`` of ``(2**30, 2**31]``.
+
+    The fraction of ``z`` rounds to the nearest of 1024 table points (the last one is the next
+    ``k``), and the signed rest ``r2`` (``|r2| <= 2**-11``) is the first-order correction
+    ``2**-r2 = 1 - a``, ``a = r2 ln 2`` (the dropped ``a**2 / 2`` is below ``5.8e-8``)."""
+    low_bits = Y_FRACTION_BITS - TABLE_BITS
     k = z >> Y_FRACTION_BITS
     fraction = z & _FRACTION_MASK
-    index = fraction >> (Y_FRACTION_BITS - TABLE_BITS)
-    low = fraction & ((1 << (Y_FRACTION_BITS - TABLE_BITS)) - 1)
-    a = (low * LN2_Q18) >> 12  # a * 2**32, a = low * 2**-26 * ln 2 < 2**-10
-    a_squared_half = ((a >> 13) ** 2) >> 7  # a**2 / 2 * 2**32
-    correction = a - a_squared_half
-    table = EXP_TABLE[index]
-    return table - (((table >> 15) * correction) >> 17), k
+    index = (fraction + (1 << (low_bits - 1))) >> low_bits
+    low = fraction - (index << low_bits)  # signed, |low| <= 2**15
+    wrap = index >> TABLE_BITS  # rounded up to the next integer: 2**-(k + 1)
+    a = (low * LN2_Q18) >> 12  # a * 2**32
+    table = EXP_TABLE[index & ((1 << TABLE_BITS) - 1)]
+    return table - (((table >> 15) * a) >> 17), k + wrap
 
 
 def ratio_to_float32(numerator: int, denominator: int) -> np.float32:
@@ -195,7 +201,8 @@ class _Cumulative:
 @dataclass
 class RowDistribution:
     """A visited row's distribution: per token the exponential ``e = mantissa *
-    2**(-31 - shift)`` (``mantissa`` 0 out of range), its order ``key``, its normaliser
+    2**(-31 - shift)`` (``mantissa`` 0 out of range), its rank ``key`` (``2**34 - z``, 0 out
+    of range), its normaliser
     ``term`` (grid ``2**-56``), the ``kept`` tokens after top-k/top-p, their exact
     ``total``, and whether the row held a NaN."""
 
@@ -263,9 +270,11 @@ def row_constants(x: np.ndarray, scale: TemperatureScale) -> RowConstants:
     return RowConstants(peak, grid, peak_aligned, threshold, scale.mantissa)
 
 
-def lane_exponentials(x: np.ndarray, row: RowConstants) -> tuple[np.ndarray, np.ndarray]:
+def lane_exponentials(x: np.ndarray, row: RowConstants) -> tuple[np.ndarray, np.ndarray,
+                                                                   np.ndarray]:
     """What the lanes compute per logit (float32 without NaN): the exponential ``(E, k)``,
-    ``E * 2**(-31 - k)`` (``E = 0`` out of range)."""
+    ``E * 2**(-31 - k)`` (``E = 0`` out of range), and ``z = -y`` (the order of the
+    exponentials: the row's ranking for top-k and top-p)."""
     with np.errstate(invalid="ignore"):
         coarse = x >= row.threshold
     equal = x == row.peak
@@ -275,9 +284,9 @@ def lane_exponentials(x: np.ndarray, row: RowConstants) -> tuple[np.ndarray, np.
     difference = ((aligned - row.peak_aligned + half) & _MASK40) - half
     valid = equal | (coarse & finite & (difference >= -(1 << RANGE_BITS)))
     difference = np.where(valid & ~equal, difference, 0)
-    y = (difference * row.scale) >> Y_FRACTION_BITS
-    mantissa, shift = exp2_fixed(-y)
-    return np.where(valid, mantissa, 0), shift
+    z = -((difference * row.scale) >> Y_FRACTION_BITS)
+    mantissa, shift = exp2_fixed(z)
+    return np.where(valid, mantissa, 0), shift, z
 
 
 def normaliser_terms(mantissa: np.ndarray, shift: np.ndarray) -> np.ndarray:
@@ -295,8 +304,8 @@ def row_distribution(logits: np.ndarray, scale: TemperatureScale, top_k: int = 0
     nan = np.isnan(x)
     x[nan] = -np.inf
     vocab = x.size
-    mantissa, shift = lane_exponentials(x, row_constants(x, scale))
-    key = np.where(mantissa > 0, ((127 - shift) << MANTISSA_BITS) + mantissa, 0)
+    mantissa, shift, distance = lane_exponentials(x, row_constants(x, scale))
+    key = np.where(mantissa > 0, (1 << 34) - distance, 0)
     term = normaliser_terms(mantissa, shift)
     kept = np.ones(vocab, dtype=bool)
     if 0 < top_k < vocab:

