@@ -11,24 +11,24 @@ Per request, with temperature ``T`` (``>= 1e-6``; smaller is greedy and never co
 1. ``c = log2(e) / T`` as ``C * 2**e_c`` with a 26-bit ``C`` (round to nearest) from an
    exact integer division (``temperature_scale``).
 2. The row's grid ``2**L``, ``L = -e_c - 52``: every logit is aligned to it,
-   ``A = floor(x / 2**L) mod 2**40``; ``D = (A - A_max) mod 2**40`` (signed) is
+   ``A = trunc(x / 2**L) mod 2**40``; ``D = (A - A_max) mod 2**40`` (signed) is
    ``x - max`` on the grid. A token is in range when ``x >= fl32(max - 2**(L+34))`` (a float
    compare that rules out wrap-around) and ``D >= -2**33``; a token equal to the maximum has
    ``D = 0`` (so an all ``-inf`` row is uniform, and ``+inf`` tokens share the mass).
-3. ``y = (D * C) >> 26`` (floor): ``log2`` of the exponential with 26 fraction bits,
+3. ``y = -((-D * C) >> 26)`` (toward zero): ``log2`` of the exponential with 26 fraction bits,
    ``-128 < y <= 0``.
 4. ``2**y = 2**-k * 2**-r``: ``2**-r`` from a 1024-entry table of 31-bit values at the
    nearest table point and the first-order correction ``1 - a``, ``a = r2 * ln 2`` for the
    signed rest ``r2`` (``|r2| <= 2**-11``): ``e = E * 2**(-31 - k)``, ``E`` about
    ``(2**30, 2**31]``.
-5. The normaliser's terms are ``e`` on the grid ``2**-56`` (floor): ``term = E << (25 - k)``
-   or ``E >> (k - 25)``; the sum is exact. Out-of-range tokens have ``e = 0``.
+5. The normaliser's terms are ``e`` on the grid ``2**-48`` (floor): ``term = (E << 17) >> k``;
+   the sum is exact. Out-of-range tokens have ``e = 0``.
 
 The row's ranking is ``y`` (the scaled logit on the grid, exactly monotone in the logit):
 top-k keeps the tokens whose ``y`` is at least the k-th largest (ties kept); top-p then keeps
 those whose ``y`` is at least ``tau``, the ``y`` at which the descending cumulative term sum
 reaches ``top_p`` times the kept sum (ties kept). A decision's probability of token ``j`` is
-``e_j / (sum of kept terms * 2**-56)`` rounded once to float32; the residual draw is an
+``e_j / (sum of kept terms * 2**-48)`` rounded once to float32; the residual draw is an
 inverse CDF over the kept terms (exact integers) in token order.
 """
 
@@ -54,7 +54,7 @@ RANGE_BITS = 33  # D >= -2**RANGE_BITS is in range (|y| < 128)
 COARSE_BITS = RANGE_BITS + 2  # the float pre-check's margin
 TABLE_BITS = 10  # 2**-r: 1024-entry table indexed by the top fraction bits
 MANTISSA_BITS = 31  # E in (2**30, 2**31]
-TERM_BITS = 56  # the normaliser's grid: 2**-56
+TERM_BITS = 48  # the normaliser's grid: 2**-48
 LN2_Q18 = 181704  # round(ln 2 * 2**18)
 
 _MASK40 = (1 << ALIGN_BITS) - 1
@@ -126,15 +126,15 @@ def temperature_scale(temperature) -> TemperatureScale:
 
 
 def align_to_grid(x: np.ndarray, grid: int) -> np.ndarray:
-    """``floor(x / 2**grid) mod 2**40`` of finite float32 ``x`` (int64 in ``[0, 2**40)``)."""
+    """``x / 2**grid`` rounded toward zero, modulo ``2**40``, of finite float32 ``x`` (int64 in
+    ``[0, 2**40)``)."""
     bits = x.view(np.uint32).astype(np.int64)
     field, fraction = (bits >> 23) & 0xFF, bits & 0x7FFFFF
     mantissa = np.where(field > 0, fraction | (1 << 23), fraction)
-    signed = np.where(bits >> 31 == 1, -mantissa, mantissa)
     shift = np.maximum(field, 1) - 150 - grid
-    left = np.where(shift >= ALIGN_BITS, 0, signed << np.clip(shift, 0, ALIGN_BITS - 1))
-    right = signed >> np.clip(-shift, 0, 63)
-    return np.where(shift >= 0, left, right) & _MASK40
+    left = np.where(shift >= ALIGN_BITS, 0, mantissa << np.clip(shift, 0, ALIGN_BITS - 1))
+    magnitude = np.where(shift >= 0, left, mantissa >> np.clip(-shift, 0, 63))
+    return np.where(bits >> 31 == 1, -magnitude, magnitude) & _MASK40
 
 
 def exp2_fixed(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -203,7 +203,7 @@ class RowDistribution:
     """A visited row's distribution: per token the exponential ``e = mantissa *
     2**(-31 - shift)`` (``mantissa`` 0 out of range), its rank ``key`` (``2**34 - z``, 0 out
     of range), its normaliser
-    ``term`` (grid ``2**-56``), the ``kept`` tokens after top-k/top-p, their exact
+    ``term`` (grid ``2**-48``), the ``kept`` tokens after top-k/top-p, their exact
     ``total``, and whether the row held a NaN."""
 
     mantissa: np.ndarray
@@ -215,11 +215,11 @@ class RowDistribution:
     nan: bool
 
     def probability(self, token: int) -> np.float32:
-        """The float32 probability a decision uses: ``e / (total * 2**-56)`` rounded once."""
+        """The float32 probability a decision uses: ``e / (total * 2**-48)`` rounded once."""
         if not self.kept[token] or self.mantissa[token] == 0:
             return np.float32(0.0)
         mantissa, shift = int(self.mantissa[token]), int(self.shift[token])
-        up = TERM_BITS - MANTISSA_BITS - shift  # e / 2**-56 = mantissa * 2**up
+        up = TERM_BITS - MANTISSA_BITS - shift  # e / 2**-48 = mantissa * 2**up
         if up >= 0:
             return ratio_to_float32(mantissa << up, self.total)
         return ratio_to_float32(mantissa, self.total << -up)
@@ -284,13 +284,13 @@ def lane_exponentials(x: np.ndarray, row: RowConstants) -> tuple[np.ndarray, np.
     difference = ((aligned - row.peak_aligned + half) & _MASK40) - half
     valid = equal | (coarse & finite & (difference >= -(1 << RANGE_BITS)))
     difference = np.where(valid & ~equal, difference, 0)
-    z = -((difference * row.scale) >> Y_FRACTION_BITS)
+    z = (-difference * row.scale) >> Y_FRACTION_BITS
     mantissa, shift = exp2_fixed(z)
     return np.where(valid, mantissa, 0), shift, z
 
 
 def normaliser_terms(mantissa: np.ndarray, shift: np.ndarray) -> np.ndarray:
-    """``floor(e * 2**56)`` of the exponentials ``(E, k)``."""
+    """``floor(e * 2**48)`` of the exponentials ``(E, k)``: ``(E << 17) >> k``."""
     up = TERM_BITS - MANTISSA_BITS - shift
     return np.where(up >= 0, mantissa << np.clip(up, 0, 62), mantissa >> np.clip(-up, 0, 63))
 

@@ -63,13 +63,13 @@ def test_exp2_fixed_is_within_7e_8_of_exp2():
     assert EXP_TABLE[0] == 1 << 31
 
 
-def test_align_to_grid_is_floor_modulo_2_40():
+def test_align_to_grid_is_truncation_modulo_2_40():
     rng = np.random.default_rng(3)
     x = np.concatenate([(rng.standard_normal(2000) * 10.0 ** rng.integers(-8, 9, 2000)),
                         [0.0, -0.0, 1e-45, -1e-45, 3e38, -3e38]]).astype(np.float32)
     for grid in (-60, -30, -3, 0, 5, 40):
         got = align_to_grid(x, grid)
-        want = [math.floor(Fraction(float(v)) / Fraction(2) ** grid) % (1 << 40) for v in x]
+        want = [math.trunc(Fraction(float(v)) / Fraction(2) ** grid) % (1 << 40) for v in x]
         assert got.tolist() == want
 
 
@@ -92,7 +92,8 @@ def test_ratio_to_float32_rounds_once_to_nearest_even():
 
 def _probabilities64(distribution):
     """float64 ``e / total`` of every kept token (the value ``probability`` rounds)."""
-    scaled = distribution.mantissa * np.exp2(25.0 - distribution.shift)
+    scaled = distribution.mantissa * np.exp2(float(logit_rows.TERM_BITS - logit_rows.MANTISSA_BITS)
+                                             - distribution.shift)
     return np.where(distribution.kept, scaled / float(distribution.total), 0.0)
 
 

@@ -7,7 +7,7 @@ later; the row's constants (``golden.logit_rows.RowConstants``) are static while
 are in flight. The fused verify instantiates ``lanes`` of them per memory word.
 """
 
-from amaranth.hdl import Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -23,14 +23,24 @@ from golden.logit_rows import (
     TERM_BITS,
     Y_FRACTION_BITS,
 )
-from hw.lib.float32 import float32_fields, float32_order_key
+from hw.lib.float32 import float32_fields
 from hw.lib.pipeline import stage
 
 __all__ = ["LogitLane", "SUM_BITS", "GRID_BITS"]
 
 GRID_BITS = 10  # signed width of the grid exponent L
-SUM_BITS = TERM_BITS + 1 + 24  # terms up to 2**56, up to 2**24 of them per row
+SUM_BITS = TERM_BITS + 1 + 24  # terms up to 2**48 (a little more), up to 2**24 per row
 _NEG_INF = 0xFF800000
+
+
+def _at_least(x, t):
+    """``x >= t`` of decoded float32 values (``x`` not NaN; false when ``t`` is NaN) from one
+    magnitude comparison, without order keys."""
+    greater_or_equal = x.magnitude >= t.magnitude
+    equal = x.magnitude == t.magnitude
+    same_sign = Mux(x.sign, ~greater_or_equal | equal, greater_or_equal)
+    other_sign = ~x.sign | (x.is_zero & t.is_zero)
+    return ~t.is_nan & Mux(x.sign == t.sign, same_sign, other_sign)
 
 
 class LogitLane(wiring.Component):
@@ -83,52 +93,53 @@ class LogitLane(wiring.Component):
         m = Module()
         en = self.en
 
-        # 1. Classify and measure the alignment shift.
+        # 1. Classify and measure the alignment shift. A finite logit equal to the peak gets
+        #    D = 0 from the arithmetic; only infinite ones need the comparison.
         raw = float32_fields(self.logit)
         x = Mux(raw.is_nan, _NEG_INF, self.logit)
         fields, peak = float32_fields(x), float32_fields(self.peak)
-        threshold = float32_fields(self.threshold)
-        key = float32_order_key(x)
-        equal = key == float32_order_key(self.peak)
-        coarse = ~threshold.is_nan & (key >= float32_order_key(self.threshold))
+        equal = fields.is_inf & peak.is_inf & (fields.sign == peak.sign)
         finite = ~fields.is_inf & ~peak.is_inf
-        signed_mantissa = Mux(fields.sign, -fields.mantissa, fields.mantissa)
         amount = fields.exponent_eff - 150 - self.grid  # signed
         s1 = {name: stage(m, en, value, name=f"s1_{name}") for name, value in {
-            "mantissa": signed_mantissa.as_signed(), "amount": amount, "equal": equal,
-            "keep": coarse & finite, "valid": self.valid, "clear": self.clear}.items()}
+            "mantissa": fields.mantissa, "sign": fields.sign, "amount": amount, "equal": equal,
+            "keep": _at_least(fields, float32_fields(self.threshold)) & finite,
+            "valid": self.valid, "clear": self.clear}.items()}
 
-        # 2. floor(x / 2**L) mod 2**40.
-        left = (s1["mantissa"] << s1["amount"][:6])[:ALIGN_BITS]
-        right = s1["mantissa"] >> (-s1["amount"]).as_unsigned()[:6]  # signed: extended below
-        aligned = Mux(s1["amount"] >= ALIGN_BITS, 0,
-                      Mux(s1["amount"] >= 0, left,
-                          Mux(s1["amount"] < -63, Mux(s1["mantissa"] < 0, -1, 0), right)))
+        # 2. |x| / 2**L, truncated, modulo 2**40.
+        #    One left shift by amount + 24 (0..63) into a 64-bit field, of which the top 40
+        #    bits are the result; amounts outside -24..39 give 0.
+        offset = (s1["amount"] + 24)[:6]
+        shifted = (s1["mantissa"] << offset)[24:24 + ALIGN_BITS]
+        aligned = Mux((s1["amount"] < -24) | (s1["amount"] >= ALIGN_BITS), 0, shifted)
         s2 = {name: stage(m, en, value, name=f"s2_{name}") for name, value in {
-            "aligned": aligned[:ALIGN_BITS], "equal": s1["equal"], "keep": s1["keep"],
-            "valid": s1["valid"], "clear": s1["clear"]}.items()}
+            "aligned": aligned[:ALIGN_BITS], "sign": s1["sign"], "equal": s1["equal"],
+            "keep": s1["keep"], "valid": s1["valid"], "clear": s1["clear"]}.items()}
 
-        # 3. D = x - peak on the grid, the range check, |D|.
-        difference = (s2["aligned"] - self.peak_aligned)[:ALIGN_BITS].as_signed()
-        in_range = s2["equal"] | (s2["keep"] & (difference >= -(1 << RANGE_BITS)))
-        distance = Mux(in_range & ~s2["equal"], -difference, 0)[:RANGE_BITS + 1]
+        # 3. |D| = peak - x on the grid (no wrap-around once the coarse check passed; one adder
+        #    for both signs of x), the range check |D| <= 2**33.
+        flip = Cat(*([~s2["sign"]] * ALIGN_BITS))  # A - a = A + ~a + 1 for a positive x
+        distance = (self.peak_aligned + (s2["aligned"] ^ flip) + ~s2["sign"])[:ALIGN_BITS]
+        near = (distance[RANGE_BITS:] == 0) | (distance == 1 << RANGE_BITS)
+        in_range = s2["equal"] | (s2["keep"] & near)
+        distance = Mux(in_range & ~s2["equal"], distance, 0)[:RANGE_BITS + 1]
         s3 = {name: stage(m, en, value, name=f"s3_{name}") for name, value in {
             "distance": distance, "in_range": in_range, "valid": s2["valid"],
             "clear": s2["clear"]}.items()}
 
-        # 4. -y = ceil(|D| * C / 2**26), as two 17 x 26 products (one DSP each); the integer
+        # 4. -y = (|D| * C) >> 26, as two 17 x 26 products (one DSP each); the integer
         #    part k, the fraction rounded to a table point i and the signed rest.
         half = (RANGE_BITS + 2) // 2
         low_product = stage(m, en, s3["distance"][:half] * self.scale, name="s4_low")
         high_product = stage(m, en, s3["distance"][half:] * self.scale, name="s4_high")
         s4 = {name: stage(m, en, s3[name], name=f"s4_{name}")
               for name in ("in_range", "valid", "clear")}
-        product = low_product + (high_product << half)
-        z = (product + (1 << Y_FRACTION_BITS) - 1) >> Y_FRACTION_BITS
+        z = (low_product + (high_product << half)) >> Y_FRACTION_BITS
         fraction = z[:Y_FRACTION_BITS]
         low_bits = Y_FRACTION_BITS - TABLE_BITS
-        index = (fraction + (1 << (low_bits - 1))) >> low_bits  # 0 .. 1024
-        rest = (fraction - (index << low_bits)).as_signed()[:low_bits + 1].as_signed()
+        round_up = fraction[low_bits - 1]
+        index = fraction[low_bits:] + round_up  # 0 .. 1024
+        rest = Cat(fraction[:low_bits], round_up).as_signed()  # fraction - index * 2**16
         table = Memory(shape=unsigned(MANTISSA_BITS + 1), depth=1 << TABLE_BITS,
                        init=[int(v) for v in EXP_TABLE])
         m.submodules.table = table
@@ -147,11 +158,9 @@ class LogitLane(wiring.Component):
               for name in ("shift", "in_range", "valid", "clear")}
         mantissa = Mux(s6["in_range"], t - (scaled >> 17), 0)[:32]
 
-        # 6. The term floor(E * 2**(25 - k)) and the outputs.
-        up = TERM_BITS - MANTISSA_BITS  # 25
+        # 6. The term floor(E * 2**(17 - k)) = (E << 17) >> k and the outputs.
         k = s6["shift"]
-        term = Mux(k <= up, (mantissa << (up - k).as_unsigned()[:5]),
-                   mantissa >> (k - up).as_unsigned()[:8])[:TERM_BITS + 1]
+        term = (Cat(Const(0, TERM_BITS - MANTISSA_BITS), mantissa) >> k)[:TERM_BITS + 1]
         m.d.comb += [
             self.mantissa.eq(stage(m, en, mantissa, name="s7_mantissa")),
             self.shift.eq(stage(m, en, k, name="s7_shift")),
