@@ -259,8 +259,10 @@ def test_latency_and_interval_come_from_the_simulation_target(fake_packages, tmp
     status, stdout, stderr = run(capsys, "--board", "alveo", "--kernel", "adder", "--synth",
                                  "none", "--sim", "run", "--out", str(tmp_path))
     assert status == 0, stderr
-    assert calls == [("build", "adder"),
-                     ("run", "adder_tb", {"vectors": 10, "parameters": {}}, 1, ("figures",))]
+    from sim.targets import SimTarget
+
+    figures_config = {**SimTarget.STRESS, "vectors": 10, "parameters": {}}  # STRESS: defaults
+    assert calls == [("build", "adder"), ("run", "adder_tb", figures_config, 1, ("figures",))]
     report = json.loads((tmp_path / "adder" / "report.json").read_text())
     validate(report)
     latency = report["latency"]

@@ -12,7 +12,7 @@ from golden.logit_rows import (
     row_constants,
     temperature_scale,
 )
-from hw.kernels.logit_lane import LogitLane
+from hw.kernels.tree_verify_lane import LogitLane
 from sim.amaranth_tb import simulate
 
 F32 = np.float32

@@ -26,7 +26,7 @@ from golden.logit_rows import (
 from hw.lib.float32 import float32_fields
 from hw.lib.pipeline import stage
 
-__all__ = ["LogitLane", "SUM_BITS", "GRID_BITS"]
+__all__ = ["LogitLane", "SUM_BITS", "GRID_BITS", "synthesis_configuration"]
 
 GRID_BITS = 10  # signed width of the grid exponent L
 SUM_BITS = TERM_BITS + 1 + 24  # terms up to 2**48 (a little more), up to 2**24 per row
@@ -173,3 +173,8 @@ class LogitLane(wiring.Component):
             m.d.sync += total.eq(Mux(s6["clear"], 0, total) + counted)
         m.d.comb += self.sum.eq(total)
         return m
+
+
+def synthesis_configuration() -> LogitLane:
+    """One lane, for ``python -m hw.synth tree_verify_lane`` (it has no build parameters)."""
+    return LogitLane()
