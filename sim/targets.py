@@ -218,12 +218,12 @@ def verify_tree_size(point: dict) -> tuple[int, int]:
     return min(point["verify_num"], nodes), point["depth"] + 1
 
 
-def check_limits(limits: dict[str, tuple[int, int, str]]) -> None:
-    """Raise ``NotMeasured`` for the first ``name: (value, limit, parameter)`` whose value
-    exceeds its limit ("n = 80 exceeds `max_nodes` 64")."""
-    for name, (value, limit, parameter) in limits.items():
-        if value > limit:
-            raise NotMeasured(f"{name} = {value} exceeds `{parameter}` {limit}")
+def check_limits(parameters: dict, limits: dict[str, tuple[int, str]]) -> None:
+    """Raise ``NotMeasured`` for the first ``name: (value, parameter)`` whose value exceeds
+    ``parameters[parameter]`` ("n = 80 exceeds `max_nodes` 64")."""
+    for name, (value, parameter) in limits.items():
+        if value > parameters[parameter]:
+            raise NotMeasured(f"{name} = {value} exceeds `{parameter}` {parameters[parameter]}")
 
 
 def discover_targets() -> dict[str, SimTarget]:

@@ -30,7 +30,7 @@ class ActiveSlotsTarget(SimTarget):
         or back-pressure (``B + (B - active_count) + 2`` by design). ``operations``: one add
         per row (the running count of survivors). ``initiation_interval``: cycles per
         ``finished`` row."""
-        check_limits({"B": (point["batch"], PARAMETERS["max_batch_size"], "max_batch_size")})
+        check_limits(PARAMETERS, {"B": (point["batch"], "max_batch_size")})
         return PARAMETERS, contract_spec(point)
 
 

@@ -34,7 +34,7 @@ class LogitsToProbasTarget(SimTarget):
 
     def measure_parameters(self, point):
         """The model of ``make sim`` and the point's ``V`` (``config["measure"]``)."""
-        check_limits({"V": (point["vocab"], PARAMETERS["max_vocab_size"], "max_vocab_size")})
+        check_limits(PARAMETERS, {"V": (point["vocab"], "max_vocab_size")})
         return PARAMETERS, {"vocab": point["vocab"]}
 
     def measure(self, point, *, seed, log_file=None):

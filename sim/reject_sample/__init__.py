@@ -48,9 +48,8 @@ class RejectSampleTarget(SimTarget):
         counted. ``initiation_interval``: cycles per request (``result`` packet ends).
         """
         n, s = verify_tree_size(point)
-        check_limits({"n": (n, PARAMETERS["max_nodes"], "max_nodes"),
-                      "S": (s, PARAMETERS["max_steps"], "max_steps"),
-                      "V": (point["vocab"], PARAMETERS["max_vocab_size"], "max_vocab_size")})
+        check_limits(PARAMETERS, {"n": (n, "max_nodes"), "S": (s, "max_steps"),
+                                  "V": (point["vocab"], "max_vocab_size")})
         return PARAMETERS, contract_spec(point)
 
 

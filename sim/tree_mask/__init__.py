@@ -78,7 +78,7 @@ class TreeMaskTarget(SimTarget):
         if n > PARAMETERS["max_verify_num"]:
             raise NotMeasured(f"verify set n = {n} exceeds `max_verify_num` "
                               f"{PARAMETERS['max_verify_num']} (the packed layout's limit)")
-        check_limits({"B": (point["batch"], PARAMETERS["max_batch_size"], "max_batch_size")})
+        check_limits(PARAMETERS, {"B": (point["batch"], "max_batch_size")})
         parameters = dict(PARAMETERS)
         if count > parameters["max_node_count"]:
             parameters["max_node_count"] = _node_count_holding(count)

@@ -572,6 +572,13 @@ def write_example_case(path=EXAMPLE_CASE) -> None:
     write_case_file(example_case(), path)
 
 
+CASE_HEADER = ("K4 fused_tree_mask_operator case (golden/tree_mask.py)\n"
+               "tree [batch_size, max_node_count] per line, seq_lens [batch_size]; expected_* "
+               "are the golden outputs\n"
+               "(tree_mask: uint8 [B, n, ceil(n/8)] in mode 2, bool in modes 0/1)\n"
+               "written by `python -m sim.tree_mask.vectors`")
+
+
 def write_case_file(call: Call, path) -> None:
     """Write ``call`` and its golden results (on a kernel whose ``max_verify_num`` holds its
     verify set) as a case file; ``call_from_case`` reads it back."""
@@ -581,11 +588,8 @@ def write_case_file(call: Call, path) -> None:
                     "cumu_count": call.cumu_count, "verify_num": call.verify_num,
                     "max_node_count": call.cumu_tokens.shape[1],
                     "tree_mask_mode": call.mode})
-    write_case(path, tensors, expected={name: want[name] for name in OUTPUT_NAMES}, header=(
-        "K4 fused_tree_mask_operator case (golden/tree_mask.py)\n"
-        "tree [batch_size, max_node_count] per line, seq_lens [batch_size]; expected_* are the "
-        "golden outputs\n(tree_mask: uint8 [B, n, ceil(n/8)] in mode 2, bool in modes 0/1)\n"
-        "written by `python -m sim.tree_mask.vectors`"))
+    write_case(path, tensors, expected={name: want[name] for name in OUTPUT_NAMES},
+               header=CASE_HEADER)
 
 
 if __name__ == "__main__":

@@ -44,9 +44,8 @@ class VerifyResultTarget(SimTarget):
         token (the EOS and length-limit finish checks) plus one add per request (the
         ``verified_id`` offset prefix sum). ``initiation_interval``: cycles per request."""
         n, s = verify_tree_size(point)
-        check_limits({"n": (n, PARAMETERS["max_draft_tokens"], "max_draft_tokens"),
-                      "S": (s, PARAMETERS["max_speculative_tokens"], "max_speculative_tokens"),
-                      "B": (point["batch"], PARAMETERS["max_batch_size"], "max_batch_size")})
+        check_limits(PARAMETERS, {"n": (n, "max_draft_tokens"), "S": (s, "max_speculative_tokens"),
+                                  "B": (point["batch"], "max_batch_size")})
         return PARAMETERS, contract_spec(point)
 
 

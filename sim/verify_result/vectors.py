@@ -422,6 +422,12 @@ def write_example_case(path=EXAMPLE_CASE) -> None:
     write_case_file(example_case(), path)
 
 
+CASE_HEADER = ("K7 update_verify_result case (golden/verify_result.py)\n"
+               "inputs in ABI shapes, flattened; req_to_token is [rows, max_context_len] before "
+               "the call;\nexpected_* are the golden's outputs (seq_lens and req_to_token after "
+               "the call)\nwritten by `python -m sim.verify_result.vectors`")
+
+
 def write_case_file(call: Call, path) -> None:
     """Write ``call`` with its golden results in the project's case format (read back by
     ``call_from_case``)."""
@@ -430,11 +436,8 @@ def write_case_file(call: Call, path) -> None:
     tensors.update({"batch_size": call.batch_size, "num_draft_tokens": call.n,
                     "num_speculative_tokens": call.s, "max_context_len": call.max_context_len,
                     "eos_token_id": call.eos_token_id})
-    write_case(path, tensors, expected={name: want[name] for name in OUTPUT_NAMES}, header=(
-        "K7 update_verify_result case (golden/verify_result.py)\n"
-        "inputs in ABI shapes, flattened; req_to_token is [rows, max_context_len] before the "
-        "call;\nexpected_* are the golden's outputs (seq_lens and req_to_token after the call)\n"
-        "written by `python -m sim.verify_result.vectors`"))
+    write_case(path, tensors, expected={name: want[name] for name in OUTPUT_NAMES},
+               header=CASE_HEADER)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ class WorkDeltasTarget(SimTarget):
         from hw.kernels.work_deltas import MAX_NODE_TOP_K
 
         k, verify_num, batch = point["node_top_k"], point["verify_num"], point["batch"]
-        check_limits({"K": (k, MAX_NODE_TOP_K, "node_top_k")})
+        check_limits({"node_top_k": MAX_NODE_TOP_K}, {"K": (k, "node_top_k")})
         parameters = {**PARAMETERS, "node_top_k": k,
                       "max_verify_num": max(PARAMETERS["max_verify_num"], verify_num),
                       "max_batch_size": max(PARAMETERS["max_batch_size"], batch)}
