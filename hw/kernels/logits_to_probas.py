@@ -26,7 +26,7 @@ from functools import cache
 
 import numpy as np
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
-from amaranth.lib import data, stream
+from amaranth.lib import data, enum, stream
 from amaranth.lib.memory import Memory
 
 from golden.logits_to_probas import (
@@ -206,6 +206,19 @@ def _uint_to_float32(value: Value, lz: Value, *, frac_bits: int):
     bits = (Cat(mantissa[:23], exponent[:8]) + round_up)[:31]
     rounded = ((Cat(Const(0, width - 24), mantissa) + (round_up << (width - 24))) >> lz)
     return Cat(bits, Const(0, 1)), rounded[:width + 1]
+
+
+class Phase(enum.Enum, shape=3):
+    """Where a request is: waiting for ``cmd``, computing its row constants, ingesting a row,
+    sending its argmax, the exponential pass, the row's normaliser, the output pass."""
+
+    IDLE = 0
+    REQUEST = 1
+    INGEST = 2
+    PREDICT = 3
+    EXP = 4
+    ROW = 5
+    OUT = 6
 
 
 @dataclass(frozen=True)
@@ -388,8 +401,7 @@ class LogitsToProbas(KernelComponent):
         m.d.comb += seq.reg("zero").eq(0)
 
         # --- states -----------------------------------------------------------------------
-        state = Signal(range(8))
-        IDLE, REQUEST, INGEST, PREDICT, EXP, ROW, OUT = range(7)
+        state = Signal(Phase)
         issue = Signal(range(words_max + 1))
         done = Signal(range(words_max + 1))
 
@@ -398,7 +410,7 @@ class LogitsToProbas(KernelComponent):
             return Cat(*((base + i) < vocab for i in range(lanes)))
 
         # cmd
-        m.d.comb += self.cmd.ready.eq(state == IDLE)
+        m.d.comb += self.cmd.ready.eq(state == Phase.IDLE)
         with m.If(self.cmd.valid & self.cmd.ready):
             payload = self.cmd.payload
             is_greedy = ~float32_fields(payload.temperature).is_nan & (
@@ -408,14 +420,17 @@ class LogitsToProbas(KernelComponent):
                          words.eq((payload.vocab_size + (lanes - 1)) >> shift),
                          seq.reg("T").eq(payload.temperature)]
             m.d.sync += [issue.eq(0), have.eq(0)]
-            m.d.sync += state.eq(Mux(is_greedy, INGEST, REQUEST))
+            with m.If(is_greedy):
+                m.d.sync += state.eq(Phase.INGEST)
+            with m.Else():
+                m.d.sync += state.eq(Phase.REQUEST)
             m.d.comb += seq.start("request").eq(~is_greedy)
-        with m.If(state == REQUEST):
+        with m.If(state == Phase.REQUEST):
             with m.If(~seq.busy):
-                m.d.sync += state.eq(INGEST)
+                m.d.sync += state.eq(Phase.INGEST)
 
         # Ingest: store, running max and argmax.
-        m.d.comb += self.logits.ready.eq(state == INGEST)
+        m.d.comb += self.logits.ready.eq(state == Phase.INGEST)
         beat = self.logits.payload.data
         if params.input_format == "bfloat16":
             elements = [Cat(Const(0, 16), beat[i]) for i in range(lanes)]
@@ -438,10 +453,10 @@ class LogitsToProbas(KernelComponent):
             m.d.sync += [m_bits.eq(best_bits), m_index.eq(best_index), have.eq(best_have),
                          issue.eq(issue + 1)]
             with m.If(issue + 1 == words):
-                m.d.sync += state.eq(PREDICT)
+                m.d.sync += state.eq(Phase.PREDICT)
 
         # Predict.
-        m.d.comb += [self.predict.valid.eq(state == PREDICT),
+        m.d.comb += [self.predict.valid.eq(state == Phase.PREDICT),
                      self.predict.payload.token.eq(m_index),
                      self.predict.payload.first.eq(row == 0),
                      self.predict.payload.last.eq(row + 1 == rows)]
@@ -450,10 +465,10 @@ class LogitsToProbas(KernelComponent):
             with m.If(greedy):
                 m.d.comb += next_row.eq(1)
             with m.Else():
-                m.d.sync += [state.eq(EXP), issue.eq(0), done.eq(0), accumulator.eq(0)]
+                m.d.sync += [state.eq(Phase.EXP), issue.eq(0), done.eq(0), accumulator.eq(0)]
 
         # Exp pass: read, exponentiate, write back, accumulate.
-        exp_issue = (state == EXP) & (issue < words)
+        exp_issue = (state == Phase.EXP) & (issue < words)
         with m.If(exp_issue):
             m.d.sync += issue.eq(issue + 1)
         df = Float32Dataflow(m, Const(1), name="exp")
@@ -471,7 +486,7 @@ class LogitsToProbas(KernelComponent):
             e_nodes.append(_exp_element(df, logit, neg_max, *c_nodes, all_neginf, keep_i))
         _, aligned = df.align(df.input(in_valid), df.input(in_addr), *e_nodes)
         out_valid, out_addr, *e_values = aligned
-        with m.If(state == EXP):
+        with m.If(state == Phase.EXP):
             m.d.comb += [wport.addr.eq(out_addr), wport.data.eq(Cat(*e_values)),
                          wport.en.eq(out_valid)]
 
@@ -490,20 +505,20 @@ class LogitsToProbas(KernelComponent):
         sum_valid = stage(m, Const(1), fixed_valid, name="sum_valid")
         with m.If(sum_valid):
             m.d.sync += [accumulator.eq(accumulator + lane_sum), done.eq(done + 1)]
-        with m.If((state == EXP) & (done == words)):
+        with m.If((state == Phase.EXP) & (done == words)):
             m.d.comb += seq.start("row").eq(1)
-            m.d.sync += state.eq(ROW)
-        with m.If((state == ROW) & ~seq.busy):
-            m.d.sync += [state.eq(OUT), issue.eq(0)]
+            m.d.sync += state.eq(Phase.ROW)
+        with m.If((state == Phase.ROW) & ~seq.busy):
+            m.d.sync += [state.eq(Phase.OUT), issue.eq(0)]
 
         # Output pass: p = e * inv, a 5-stage stalling pipeline (memory read, multiply).
         source = stream.Signature(1).create()
-        m.d.comb += source.valid.eq((state == OUT) & (issue < words))
+        m.d.comb += source.valid.eq((state == Phase.OUT) & (issue < words))
         enable = stalling_handshake(m, latency=1 + Float32Multiply.latency, source=source,
                                     sink=self.probs)
         with m.If(source.valid & source.ready):
             m.d.sync += issue.eq(issue + 1)
-        m.d.comb += [rport.addr.eq(issue), rport.en.eq(Mux(state == OUT, enable, 1))]
+        m.d.comb += [rport.addr.eq(issue), rport.en.eq(Mux(state == Phase.OUT, enable, 1))]
         side = Cat(lane_keep(issue), issue == 0, issue + 1 == words)
         for index in range(1 + Float32Multiply.latency):
             side = stage(m, enable, side, name=f"out_side{index}")
@@ -521,7 +536,10 @@ class LogitsToProbas(KernelComponent):
 
         with m.If(next_row):
             m.d.sync += [row.eq(row + 1), issue.eq(0), have.eq(0)]
-            m.d.sync += state.eq(Mux(row + 1 == rows, IDLE, INGEST))
+            with m.If(row + 1 == rows):
+                m.d.sync += state.eq(Phase.IDLE)
+            with m.Else():
+                m.d.sync += state.eq(Phase.INGEST)
         return m
 
 
