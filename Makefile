@@ -13,6 +13,7 @@ WAVES  ?=
 CASE   ?=
 BOARD  ?= alveo
 SYNTH  ?= vivado
+QUICK  ?=
 
 SIM_ARGS := $(if $(SEED),--seed $(SEED)) $(if $(filter 1,$(WAVES)),--waves) $(if $(CASE),--case $(CASE))
 
@@ -22,7 +23,9 @@ help:
 	@echo "make demo                      run every simulation target and print its summary"
 	@echo "make sim KERNEL=<name> [SEED=n] [WAVES=1] [CASE=file]"
 	@echo "                               one kernel's cocotb testbench under Verilator vs golden"
-	@echo "make synth [KERNEL=name]       Yosys synth_xilinx resource estimates -> reports/synth/"
+	@echo "make synth [KERNEL=name] [QUICK=1]"
+	@echo "                               Yosys synth_xilinx resources and the 300 MHz timing proxy"
+	@echo "                               -> reports/synth/, reports/timing_proxy.md (docs/timing.md)"
 	@echo "make build [BOARD=alveo|alveo-v80|alveo-u55c] [KERNEL=name] [SYNTH=vivado|yosys|none]"
 	@echo "                               Verilog, Vivado scripts, JSON reports -> build/<board>/"
 	@echo "make report [KERNEL=name]      benchmark contract, env manifest, cycle budget -> reports/"
@@ -47,7 +50,7 @@ sim: $(SETUP)
 	$(BIN)/python -m sim $(KERNEL) $(SIM_ARGS)
 
 synth: $(SETUP)
-	$(BIN)/python -m hw.synth $(KERNEL)
+	$(BIN)/python -m hw.synth $(if $(filter 1,$(QUICK)),--quick) $(KERNEL)
 
 build: $(SETUP)
 	$(BIN)/python -m hw.build --board $(BOARD) --kernel $(or $(KERNEL),all) --synth $(SYNTH)

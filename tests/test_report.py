@@ -17,9 +17,11 @@ OUTPUTS = ("benchmark_contract.md", "env_manifest.txt", "cycle_budget.json", "cy
 
 @pytest.fixture
 def isolated(tmp_path, monkeypatch, request):
-    """Logs under tmp_path; no simulation target anywhere (unless a test adds some); the
-    plot (a second or more) only in the tests that request ``with_plot``."""
+    """Logs under tmp_path; no simulation target anywhere (unless a test adds some); no
+    synthesis report (unless a test writes some under ``tmp_path / "synth"``); the plot (a
+    second or more) only in the tests that request ``with_plot``."""
     monkeypatch.setattr(flow.report, "LOG_DIR", tmp_path / "logs")
+    monkeypatch.setattr(flow.report, "SYNTH_DIR", tmp_path / "synth")
     if "with_plot" not in request.fixturenames:
         monkeypatch.setattr(flow.report, "plot_budget",
                             lambda sheet, path: path.write_bytes(b"\x89PNG stand-in"))
@@ -180,11 +182,37 @@ def test_measurements_make_rows_and_the_reruns_are_identical(tmp_path, capsys, w
     assert skipped[0]["reason"] == "N = 100 needs `sort_width` 128"
     budget = first["cycle_budget.md"].decode()
     assert "| score | draft | serving-b8-v32000 | 11,720 |" in budget
+    assert "| 0.233 | not synthesised |" in budget
+    assert row["timing_rule"] == "not synthesised"
     assert "8 of 12 points measured" in stdout
 
     status, _, stderr = run(capsys, "--out", str(out))
     assert status == 0, stderr
     assert {name: (out / name).read_bytes() for name in OUTPUTS} == first
+
+
+@pytest.mark.parametrize("reports, rule, cell", [
+    ({"score.json": "breaks"}, "breaks", "| 0.233 ✗ | breaks |"),
+    ({"score.json": "meets", "score.quick.json": "breaks"}, "meets", "| 0.233 | meets |"),
+    ({"score.json": None, "score.quick.json": "breaks"}, "breaks (quick set)",
+     "| 0.233 ✗ | breaks (quick set) |"),
+    ({"score.json": None}, "no timing proxy", "| 0.233 | no timing proxy |"),
+])
+def test_the_timing_rule_comes_from_the_synthesis_report(tmp_path, capsys, isolated, reports,
+                                                        rule, cell):
+    isolated["score"] = _fake_target(_measure)
+    (tmp_path / "synth").mkdir()
+    for name, verdict in reports.items():
+        report = {"kernel": "score"} if verdict is None else {
+            "kernel": "score", "timing": {"verdict": verdict}}
+        (tmp_path / "synth" / name).write_text(json.dumps(report))
+    status, _, stderr = run(capsys, "--out", str(tmp_path / "reports"), "--kernel", "score")
+    assert status == 0, stderr
+    sheet = json.loads((tmp_path / "reports" / "cycle_budget.json").read_text())
+    assert {r["timing_rule"] for r in sheet["rows"]} == {rule}
+    budget = (tmp_path / "reports" / "cycle_budget.md").read_text()
+    assert "| score | draft | serving-b8-v32000 | 11,720 |" in budget
+    assert cell in budget
 
 
 def test_selected_kernel_only(tmp_path, capsys, isolated):
