@@ -29,7 +29,7 @@ from hw.lib.pipeline import stage
 __all__ = ["LogitLane", "SUM_BITS", "GRID_BITS", "synthesis_configuration"]
 
 GRID_BITS = 10  # signed width of the grid exponent L
-SUM_BITS = TERM_BITS + 1 + 24  # terms up to 2**48 (a little more), up to 2**24 per row
+SUM_BITS = TERM_BITS + 1 + 24  # terms just over 2**48 at most, up to 2**24 of them per row
 _NEG_INF = 0xFF800000
 
 
@@ -44,7 +44,7 @@ def _at_least(x, t):
 
 
 class LogitLane(wiring.Component):
-    """A logit's exponential ``E * 2**(-31 - k)`` and term ``floor(e * 2**56)``; ``LATENCY``
+    """A logit's exponential ``E * 2**(-31 - k)`` and term ``floor(e * 2**48)``; ``LATENCY``
     clocks.
 
     Members
@@ -56,7 +56,7 @@ class LogitLane(wiring.Component):
     grid : In(signed(10))
         ``L``.
     peak_aligned : In(40)
-        ``floor(peak / 2**L) mod 2**40``.
+        ``trunc(peak / 2**L) mod 2**40``.
     scale : In(26)
         ``C``.
     logit : In(32)
@@ -69,8 +69,8 @@ class LogitLane(wiring.Component):
         ``E`` (0 when out of range), ``LATENCY`` enabled clocks after ``logit``.
     shift : Out(8)
         ``k`` (up to 128).
-    term : Out(57)
-        ``floor(e * 2**56)``.
+    term : Out(49)
+        ``floor(e * 2**48)``.
     out_valid : Out(1)
         ``valid``, delayed like the results.
     sum : Out(SUM_BITS)
