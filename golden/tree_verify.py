@@ -61,8 +61,9 @@ def _arguments(predicts, accept_index, accept_token_num, candidates, retrive_ind
     }
     check_index_range("candidates", v["candidates"], 0, vocab, "V")
     t = settings["temperatures"]
-    if not (np.isfinite(t) & (t >= 0)).all():
-        raise ValueError(f"`temperatures` must be finite and >= 0, not {t[~(t >= 0)][:1]}")
+    bad = ~(np.isfinite(t) & (t >= 0))
+    if bad.any():
+        raise ValueError(f"`temperatures` must be finite and >= 0, not {t[bad][0]}")
     p = settings["top_p"]
     if not ((p >= 0) & (p <= 1)).all():
         raise ValueError("`top_p` values must be between 0 and 1")

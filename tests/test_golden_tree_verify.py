@@ -349,6 +349,7 @@ def test_empty_batch_and_width_one():
 @pytest.mark.parametrize(("change", "match"), [
     ({"temperatures": np.array([1, -1], np.float32)}, "temperatures"),
     ({"temperatures": np.array([1, np.nan], np.float32)}, "temperatures"),
+    ({"temperatures": np.array([np.inf, 1], np.float32)}, "`temperatures` .* not inf"),
     ({"top_p": np.array([0.5, 1.5], np.float32)}, "top_p"),
     ({"top_k": np.array([1, 2], np.int64)}, "top_k"),
     ({"target_logits": np.zeros((2, 4, 8), np.float64)}, "target_logits"),
