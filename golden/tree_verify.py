@@ -126,6 +126,8 @@ def _run(arguments, nan_flags, rows_read):
     v, settings = _arguments(*arguments)
     flags = None if nan_flags is None else out_view("nan_flags", nan_flags, (settings["B"],),
                                                     np.bool_)
+    if rows_read is not None and not isinstance(rows_read, list):
+        raise ValueError(f"`rows_read` must be a list, not {type(rows_read).__name__}")
     results, read = [], []
     for b in range(settings["B"]):
         greedy = settings["temperatures"][b] < _F32(GREEDY_TEMPERATURE)
