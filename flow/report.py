@@ -44,8 +44,9 @@ SYNTH_DIR = REPORT_DIR / "synth"
 #: The mark of a µs figure whose kernel breaks the 300 MHz logic-depth rule.
 BREAKS_MARK = "✗"
 BUDGET_SCHEMA_ID = "eagle-tree-hw/cycle-budget/1"
-PHASES = ("draft", "verify", "round")
-PHASE_TITLES = {"draft": "draft round", "verify": "verify step",
+PHASES = ("draft", "verify", "fused", "round")
+PHASE_TITLES = {"draft": "draft round", "verify": "verify step (unfused kernels)",
+                "fused": "verify step (fused verify)",
                 "round": "draft round + verify step (dataflow top)"}
 
 
@@ -321,7 +322,9 @@ def measure_kernels(contract: dict, points: list[dict], target: Board, console: 
                 "invocations": result.get("invocations"),
                 "ports": dict(sorted(result.get("ports", {}).items())),
                 "notes": result.get("notes"),
-                "source": f"simulation: sim target `{kernel}` measure(), seed {seed}",
+                "source": result.get("source")
+                or f"simulation: sim target `{kernel}` measure(), seed {seed}",
+                **{key: result[key] for key in ("rows_read", "logit_bytes") if key in result},
             })
             console.detail(f"  {point['id']}: {result} ({time.monotonic() - start:.1f} s)")
         measured = [r for r in rows if r["kernel"] == kernel]
@@ -371,7 +374,9 @@ def render_budget(sheet: dict) -> str:
         "bytes of one beat's payload (`sim.targets.port_bytes`).",
         "* µs = cycles / fclk; HBM floor = (bytes in + bytes out) / peak HBM bandwidth; bound = "
         "`hbm` when the floor exceeds the measured time.",
-        "* phase `draft`: one draft round (all depths); `verify`: one verify step.",
+        "* phase `draft`: one draft round (all depths); `verify`: one verify step of the "
+        "unfused kernels; `fused`: one verify step of the fused verify (`tree_verify`, which "
+        "replaces `logits_to_probas` + `reject_sample`); `round`: the dataflow top.",
         "* 300 MHz rule: the kernel's verdict against the logic-depth rule of `docs/timing.md` "
         "(`reports/timing_proxy.md`), read from `reports/synth/<kernel>.json` (`python -m "
         f"hw.synth <kernel>`; `not synthesised`: no report yet). {BREAKS_MARK} on a µs figure: "
@@ -421,10 +426,10 @@ def plot_budget(sheet: dict, path: Path) -> None:
     points = sheet["points"]
     kernels = list(sheet["kernels"])
     colours = {k: f"C{i % 10}" for i, k in enumerate(kernels)}
-    fig = Figure(figsize=(16, 10), dpi=100)
-    axes = fig.subplots(2, 2)
+    fig = Figure(figsize=(24, 10), dpi=100)
+    axes = fig.subplots(2, 3)
     fig.subplots_adjust(left=0.05, right=0.98, bottom=0.13, top=0.92, hspace=0.62, wspace=0.16)
-    for ax, phase in zip(axes.flat[:3], PHASES, strict=True):
+    for ax, phase in zip(axes.flat[:4], PHASES, strict=True):
         phase_rows = [r for r in rows if r["phase"] == phase]
         ax.set_title(f"µs per {PHASE_TITLES[phase]} at {sheet['board']['clock_mhz']:g} MHz")
         ax.set_ylabel("µs")
@@ -446,7 +451,8 @@ def plot_budget(sheet: dict, path: Path) -> None:
             ax.text(0.5, 0.5, "no measurement yet", transform=ax.transAxes, ha="center",
                     va="center", color="grey")
             ax.set_ylim(0, 1)
-    ax = axes.flat[3]
+    axes.flat[5].set_axis_off()
+    ax = axes.flat[4]
     ax.set_title("bytes per step vs. time, against the HBM bandwidth rooflines")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -476,6 +482,22 @@ def plot_budget(sheet: dict, path: Path) -> None:
     fig.savefig(path, format="png", metadata={"Software": None})
 
 
+def _keep_other_kernels(path: Path, selected: list[str], rows: list[dict],
+                        missing: list[dict], order: list[str]) -> tuple[list, list]:
+    """``rows``/``missing`` of the selected kernels merged with the other kernels' entries of
+    the sheet at ``path`` (``--keep-others``), in contract order."""
+    try:
+        previous = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise FlowError(f"--keep-others needs the existing sheet {path}: {error}") from error
+    kept_rows = [r for r in previous["rows"] if r["kernel"] not in selected]
+    kept_missing = [m for m in previous["not_measured"] if m["kernel"] not in selected]
+    missing = [m for m in missing if m["kernel"] in selected]
+    rank = {kernel: i for i, kernel in enumerate(order)}
+    return (sorted(kept_rows + rows, key=lambda r: rank.get(r["kernel"], len(order))),
+            sorted(kept_missing + missing, key=lambda m: rank.get(m["kernel"], len(order))))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m hw.report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -486,6 +508,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="report directory (default: reports/)")
     parser.add_argument("--kernel", action="append", metavar="NAME",
                         help="measure only this kernel (repeatable; default: every kernel)")
+    parser.add_argument("--keep-others", action="store_true",
+                        help="with --kernel: keep the other kernels' rows of the existing "
+                             "cycle_budget.json instead of listing them as not selected")
     return parser
 
 
@@ -523,6 +548,9 @@ def main(argv=None) -> int:
         (out / "env_manifest.txt").write_text(render_env_manifest(args.contract))
         rows, missing = measure_kernels(contract, points, target, console,
                                         kernels=args.kernel)
+        if args.keep_others and args.kernel:
+            rows, missing = _keep_other_kernels(out / "cycle_budget.json", selected, rows,
+                                                missing, list(contract["kernels"]))
         console.step("writing the cycle budget sheet (JSON, Markdown)")
         for name in _measured_outside_contract(contract):
             missing.append({"kernel": name, "point": None,

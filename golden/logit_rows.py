@@ -12,7 +12,7 @@ Per request, with temperature ``T`` (``>= 1e-6``; smaller is greedy and never co
    exact integer division (``temperature_scale``).
 2. The row's grid ``2**L``, ``L = -e_c - 52``: every logit is aligned to it,
    ``A = trunc(x / 2**L) mod 2**40``; ``D = (A - A_max) mod 2**40`` (signed) is
-   ``x - max`` on the grid. A token is in range when ``x >= fl32(max - 2**(L+34))`` (a float
+   ``x - max`` on the grid. A token is in range when ``x >= fl32(max - 2**(L+35))`` (a float
    compare that rules out wrap-around) and ``D >= -2**33``; a token equal to the maximum has
    ``D = 0`` (so an all ``-inf`` row is uniform, and ``+inf`` tokens share the mass).
 3. ``y = -((-D * C) >> 26)`` (toward zero): ``log2`` of the exponential with 26 fraction bits,
@@ -247,8 +247,8 @@ class RowDistribution:
 @dataclass(frozen=True)
 class RowConstants:
     """What every lane needs of a row besides its own logit: the row's maximum ``peak``
-    (float32), the grid ``L``, ``floor(peak / 2**L) mod 2**40`` (``peak_aligned``; 0 for an
-    infinite peak), the coarse threshold ``fl32(peak - 2**(L+34))`` and the scale ``C``."""
+    (float32), the grid ``L``, ``trunc(peak / 2**L) mod 2**40`` (``peak_aligned``; 0 for an
+    infinite peak), the coarse threshold ``fl32(peak - 2**(L+35))`` and the scale ``C``."""
 
     peak: np.float32
     grid: int

@@ -82,10 +82,16 @@ def _greedy_request(b, v, settings):
             rows[row] = int(np.where(np.isnan(x), -np.inf, x).argmax())
         return rows[row]
 
-    writes, accept_row, accepted, row, last = _walk(
-        b, settings["n"], settings["S"], v, lambda cur, row: cand[cur] == argmax(row))
+    trace = []
+
+    def accept(cur, row):
+        trace.append((row, cur, True, bool(cand[cur] == argmax(row))))
+        return trace[-1][-1]
+
+    writes, accept_row, accepted, row, last = _walk(b, settings["n"], settings["S"], v, accept)
     writes.append((last, argmax(row)))
-    return (writes, accept_row, accepted), rows
+    return (writes, accept_row, accepted), rows, {"greedy": True, "decisions": trace,
+                                                  "final_row": row}
 
 
 def _sampling_request(b, v, settings):
@@ -103,10 +109,13 @@ def _sampling_request(b, v, settings):
 
     state = {"prob_acc": _F32(0), "coin": settings["coins"][b, 0]}
     rejected = []  # (row, token)
+    trace = []
 
     def accept(cur, row):
         token = int(cand[cur])
         q = distribution(row).probability(token)
+        kept = bool(distribution(row).kept[token] and distribution(row).mantissa[token])
+        trace.append((row, cur, kept, True))
         state["prob_acc"] = _F32(state["prob_acc"] + q)
         if state["coin"] <= _F32(state["prob_acc"] / settings["threshold_acc"]) \
                 or q >= settings["threshold_single"]:
@@ -114,39 +123,47 @@ def _sampling_request(b, v, settings):
             state["coin"] = settings["coins"][b, cur]
             return True
         rejected.append((row, token))
+        trace[-1] = (row, cur, kept, False)
         return False
 
     writes, accept_row, accepted, row, last = _walk(b, settings["n"], settings["S"], v, accept)
     removed = sorted({token for node_row, token in rejected if node_row == row})
     writes.append((last, distribution(row).pick(settings["coin_final"][b], removed)))
-    return (writes, accept_row, accepted), rows
+    return (writes, accept_row, accepted), rows, {
+        "greedy": False, "decisions": trace, "final_row": row, "removed": removed,
+        "distribution": distribution(row), "coin_final": settings["coin_final"][b],
+        "bonus": writes[-1][1]}
 
 
-def _run(arguments, nan_flags, rows_read):
+def _run(arguments, nan_flags, rows_read, traces=None):
     v, settings = _arguments(*arguments)
     flags = None if nan_flags is None else out_view("nan_flags", nan_flags, (settings["B"],),
                                                     np.bool_)
-    if rows_read is not None and not isinstance(rows_read, list):
-        raise ValueError(f"`rows_read` must be a list, not {type(rows_read).__name__}")
-    results, read = [], []
+    for name, value in (("rows_read", rows_read), ("traces", traces)):
+        if value is not None and not isinstance(value, list):
+            raise ValueError(f"`{name}` must be a list, not {type(value).__name__}")
+    results, read, walks = [], [], []
     for b in range(settings["B"]):
         greedy = settings["temperatures"][b] < _F32(GREEDY_TEMPERATURE)
-        result, rows = (_greedy_request if greedy else _sampling_request)(b, v, settings)
+        result, rows, walk = (_greedy_request if greedy else _sampling_request)(b, v, settings)
         results.append(result)
         read.append(rows)
+        walks.append(walk)
     _commit(v, results)
     for b, rows in enumerate(read):
         if flags is not None:
             flags[b] = bool(np.isnan(settings["logits"][b, sorted(rows)]).any())
         if rows_read is not None:
             rows_read.append(sorted(rows))
+    if traces is not None:
+        traces.extend(walks)
 
 
 def tree_speculative_sampling_from_logits(
     predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
     retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target_logits,
     temperatures, threshold_single=1.0, threshold_acc=1.0, top_k=None, top_p=None, *,
-    nan_flags=None, rows_read=None,
+    nan_flags=None, rows_read=None, traces=None,
 ) -> None:
     """§10: tree speculative sampling from logits, in place.
 
@@ -165,19 +182,26 @@ def tree_speculative_sampling_from_logits(
         nan_flags: optional out, bool [B]: whether a row the request read held a NaN.
         rows_read: optional list; receives per request the sorted tree positions whose rows
             were read (each once).
+        traces: optional list; receives per request a dict of its walk (for schedules and
+            analyses): ``greedy``, ``decisions`` (``(row, node, kept, accepted)`` per child
+            decided, in order; ``kept``: the child's token is in the kept set with a nonzero
+            exponential), ``final_row``; for sampling requests also ``removed`` (the final
+            row's rejected tokens), ``distribution`` (its ``RowDistribution``),
+            ``coin_final`` and ``bonus`` (the drawn token).
 
     Returns None. Raises ValueError before writing anything for invalid arguments.
     """
     _run((predicts, accept_index, accept_token_num, candidates, retrive_index,
           retrive_next_token, retrive_next_sibling, uniform_samples,
           uniform_samples_for_final_sampling, target_logits, temperatures, threshold_single,
-          threshold_acc, top_k, top_p), nan_flags, rows_read)
+          threshold_acc, top_k, top_p), nan_flags, rows_read, traces)
 
 
 def draft_tree_reject_sample_from_logits(
     predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
     retrive_next_sibling, seeds, target_logits, temperatures, threshold_single=1.0,
     threshold_acc=1.0, top_k=None, top_p=None, *, nan_flags=None, rows_read=None,
+    traces=None,
 ) -> None:
     """:func:`tree_speculative_sampling_from_logits` with the coins of
     :func:`golden.reject_sample.lfsr_coins` ``(seeds, n)`` (``seeds``: integer [B])."""
@@ -186,7 +210,7 @@ def draft_tree_reject_sample_from_logits(
         predicts, accept_index, accept_token_num, candidates, retrive_index,
         retrive_next_token, retrive_next_sibling, coins, coin_final, target_logits,
         temperatures, threshold_single, threshold_acc, top_k, top_p, nan_flags=nan_flags,
-        rows_read=rows_read)
+        rows_read=rows_read, traces=traces)
 
 
 def visited_rows(rows_read) -> int:

@@ -32,7 +32,7 @@ from .cocotb_tb import (
 from .payload import pack, unpack
 from .targets import port_bytes
 
-__all__ = ["KernelBench", "Transfers", "write_summary", "golden_matches_case"]
+__all__ = ["KernelBench", "Transfers", "PacketSink", "write_summary", "golden_matches_case"]
 
 
 @dataclass
@@ -46,6 +46,53 @@ class Transfers:
     items: dict[str, list[int]] = field(default_factory=dict)
     at: dict[str, list[int]] = field(default_factory=dict)
     cycles: int = 0
+
+
+class PacketSink(StreamSink):
+    """A result stream of packets (``first``/``last`` payload fields): ``packets`` holds the
+    decoded beats of each (field dicts, from ``bench.params.<port>_layout``), ``ends`` the
+    cycle of each last beat, ``status`` the kernel's ``status`` (``status_layout``) read the
+    clock after each last beat; ``done`` after ``count`` packets. Call ``finish`` after the
+    run (a status read may be due)."""
+
+    def __init__(self, bench, port, count, *, backpressure):
+        super().__init__(bench.dut, port, backpressure=backpressure, rng=bench.rng)
+        self._dut, self._params = bench.dut, bench.params
+        self._layout = getattr(bench.params, f"{port}_layout")
+        self.count = count
+        self.packets, self.status, self.ends = [], [], []
+        self._current = []
+        self._status_due = False
+
+    @property
+    def done(self) -> bool:
+        return len(self.packets) >= self.count
+
+    def _decode(self, layout, words) -> list[dict]:
+        fields = unpack(layout, words)
+        return [{key: int(values[i]) for key, values in fields.items()} for i in range(len(words))]
+
+    def read_status(self):
+        value = self._dut.status.value.to_unsigned()
+        self.status.append(self._decode(self._params.status_layout, [value])[0])
+        self._status_due = False
+
+    def sample(self, cycle):
+        if self._status_due:
+            self.read_status()
+        before = len(self.items)
+        super().sample(cycle)
+        for beat in self._decode(self._layout, self.items[before:]):
+            self._current.append(beat)
+            if beat["last"]:
+                self.packets.append(self._current)
+                self._current = []
+                self.ends.append(cycle)
+                self._status_due = True
+
+    def finish(self):
+        if self._status_due:
+            self.read_status()
 
 
 class KernelBench:
@@ -212,15 +259,19 @@ class KernelBench:
 
     def measurement(self, at: dict[str, list[int]], inputs, outputs, *, operations: int,
                     notes: str, invocations: int = 1,
-                    interval_of: list[int] | None = None) -> dict:
+                    interval_of: list[int] | None = None, read_bytes: dict | None = None,
+                    extra: dict | None = None) -> dict:
         """The cycle-budget record of one measured run (docs/contributing.md).
 
         ``cycles``: first transfer on any of ``inputs`` to last transfer on any of
         ``outputs``, inclusive; ``bytes_in``/``bytes_out``: ``port_bytes`` of every beat of
-        the inputs/outputs; ``initiation_interval``: mean spacing of the cycles
-        ``interval_of`` (one per request; absent with fewer than two).
+        the inputs/outputs, plus ``read_bytes`` (memory read port -> bytes its data beats
+        moved) in ``bytes_in``; ``initiation_interval``: mean spacing of the cycles
+        ``interval_of`` (one per request; absent with fewer than two); ``extra`` entries are
+        added to the record.
         """
-        ports = self.port_bytes(at, [*inputs, *outputs])
+        ports = {**self.port_bytes(at, [*inputs, *outputs]), **(read_bytes or {})}
+        inputs = [*inputs, *(read_bytes or {})]
         record = {
             "cycles": max(at[name][-1] for name in outputs if at[name])
             - min(at[name][0] for name in inputs if at[name]) + 1,
@@ -230,6 +281,7 @@ class KernelBench:
             "invocations": invocations,
             "ports": ports,
             "notes": notes,
+            **(extra or {}),
         }
         if interval_of is not None and len(interval_of) > 1:
             record["initiation_interval"] = \
@@ -240,7 +292,8 @@ class KernelBench:
 
 
 def golden_matches_case(want: dict, file_expected: dict) -> list[str]:
-    """Names of the case's ``expected_*`` tensors (name -> int64 array) that the golden's
-    outputs ``want`` differ from, each compared as a flat int64 array."""
+    """Names of the case's ``expected_*`` tensors (name -> integer or bool array) that the
+    golden's outputs ``want`` differ from, each compared as a flat int64 array."""
     return [name for name, values in file_expected.items()
-            if not np.array_equal(np.asarray(want[name]).reshape(-1).astype(np.int64), values)]
+            if not np.array_equal(np.asarray(want[name]).reshape(-1).astype(np.int64),
+                                  np.asarray(values).reshape(-1).astype(np.int64))]

@@ -6,23 +6,28 @@ all in one clocked loop (``StreamBench``) and reports with ``write_summary``. Ev
 inject random idle cycles (sources) or back-pressure (sinks); ``StreamBench`` counts cycles and
 records when each item was accepted, from which ``latency_and_interval`` derives the
 first-output latency and the steady-state initiation interval. ``ReadPortMemory`` answers a
-memory read port (address stream out of the DUT, data stream back) with random latency.
-Kernel testbenches use these through ``sim.bench.KernelBench``.
+memory read port (address stream out of the DUT, data stream back) with random latency;
+``BurstReadMemory`` answers an AXI4-style burst read port. Kernel testbenches use these
+through ``sim.bench.KernelBench``.
 """
 
 import json
 import os
 import random
 from collections import deque
+from types import SimpleNamespace
 
 import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
+from hw.kernels.tree_verify_params import read_port_signature
+
 from .harness import CONFIG_ENV
+from .payload import pack, unpack
 
 __all__ = ["config", "write_summary", "start_clock_and_reset", "StreamSource", "StreamSink",
-           "StreamBench", "ReadPortMemory", "latency_and_interval"]
+           "StreamBench", "ReadPortMemory", "BurstReadMemory", "latency_and_interval"]
 
 #: Summary entries that add up over the tests (phases) of one run; others are replaced.
 SUMMED = ("vectors", "requests", "directed_vectors", "random_vectors")
@@ -176,7 +181,7 @@ class StreamBench:
             self.cycle += 1
         await FallingEdge(self.clk)
         for endpoint in self.endpoints:  # leave the ports quiet
-            if isinstance(endpoint, StreamSource | ReadPortMemory):
+            if isinstance(endpoint, StreamSource | ReadPortMemory | BurstReadMemory):
                 endpoint.drive()
         return self.cycle - start
 
@@ -244,6 +249,98 @@ class ReadPortMemory:
                       self._queue[-1][0] if self._queue else 0)
             self._queue.append((due, word))
             self.reads += 1
+            self.address_at.append(cycle)
+        self._now = cycle + 1
+
+
+class BurstReadMemory:
+    """Answers a DUT's AXI4-style read port ``<prefix>`` (``<prefix>__ar__valid`` ...; the
+    payloads of ``hw.kernels.tree_verify_params.read_port_signature``): accepts bursts on
+    ``ar`` (random back-pressure) and returns their beats in order on ``r``, each burst after
+    a latency drawn from ``latency = (low, high)`` clocks, with random idle cycles between
+    beats. Beat ``k`` of a burst at byte address ``a`` is ``lookup(a + k * data_bits // 8)``.
+
+    Every burst is checked against the AXI4 rules: a word-aligned start, at most 256 beats,
+    no 4 KiB boundary crossed (``AssertionError`` naming the burst). ``bursts`` and ``beats``
+    count the transfers, ``address_at``/``data_at`` their acceptance cycles; ``done`` holds
+    when no beat is pending. ``lookup`` may raise (an address out of range fails the test).
+    """
+
+    def __init__(self, dut, prefix, lookup, *, data_bits, latency=(1, 1), idle: float = 0.0,
+                 backpressure: float = 0.0, rng: random.Random | None = None):
+        self.name = prefix
+        self.lookup = lookup
+        self.data_bytes = data_bits // 8
+        self.latency = tuple(latency)
+        self.idle = idle
+        self.backpressure = backpressure
+        self._rng = rng or random.Random(3)
+        self._ar_valid = getattr(dut, f"{prefix}__ar__valid")
+        self._ar_ready = getattr(dut, f"{prefix}__ar__ready")
+        self._ar = getattr(dut, f"{prefix}__ar__payload")
+        self._r_valid = getattr(dut, f"{prefix}__r__valid")
+        self._r_ready = getattr(dut, f"{prefix}__r__ready")
+        self._r = getattr(dut, f"{prefix}__r__payload")
+        members = read_port_signature(len(self._ar) - 8, data_bits).members
+        self._ar_layout = members["ar"].signature.members["payload"].shape
+        self._r_layout = members["r"].signature.members["payload"].shape
+        self._queue = deque()  # bursts: due cycle, next beat's address, beats left
+        self._offering = False
+        self._ready_now = False
+        self._now = 0
+        self.bursts = 0
+        self.beats = 0
+        self.address_at = []
+        self.data_at = []
+        self._ar_ready.value = 0
+        self._r_valid.value = 0
+
+    @property
+    def done(self) -> bool:
+        return not self._queue
+
+    def _check(self, address: int, beats: int) -> None:
+        name = f"burst {self.bursts} of {self.name} ({beats} beats at {address:#x})"
+        if address % self.data_bytes:
+            raise AssertionError(f"{name} does not start on a {self.data_bytes}-byte word")
+        if beats > 256:
+            raise AssertionError(f"{name} is longer than 256 beats")
+        if address % 4096 + beats * self.data_bytes > 4096:
+            raise AssertionError(f"{name} crosses a 4 KiB boundary")
+
+    def drive(self) -> None:
+        self._ready_now = self.backpressure <= 0 or self._rng.random() >= self.backpressure
+        self._ar_ready.value = int(self._ready_now)
+        if self._offering:
+            return
+        if self._queue and self._queue[0].due <= self._now and (
+                self.idle <= 0 or self._rng.random() >= self.idle):
+            burst = self._queue[0]
+            self._r.value = pack(self._r_layout, 1, data=self.lookup(burst.address),
+                                 last=int(burst.beats == 1))[0]
+            self._r_valid.value = 1
+            self._offering = True
+        else:
+            self._r_valid.value = 0
+
+    def sample(self, cycle: int) -> None:
+        if self._offering and self._r_ready.value:
+            burst = self._queue[0]
+            burst.address += self.data_bytes
+            burst.beats -= 1
+            if not burst.beats:
+                self._queue.popleft()
+            self._offering = False
+            self.beats += 1
+            self.data_at.append(cycle)
+        if self._ready_now and self._ar_valid.value:
+            fields = unpack(self._ar_layout, [self._ar.value.to_unsigned()])
+            address, beats = int(fields["address"][0]), int(fields["length"][0]) + 1
+            self._check(address, beats)
+            due = max(cycle + self._rng.randint(*self.latency),
+                      self._queue[-1].due if self._queue else 0)
+            self._queue.append(SimpleNamespace(due=due, address=address, beats=beats))
+            self.bursts += 1
             self.address_at.append(cycle)
         self._now = cycle + 1
 

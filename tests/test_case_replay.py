@@ -40,6 +40,11 @@ MALFORMED = [
          r"broken.txt: no K1 model replays this case \(K = 2, W = 3\): `max_tree_width` must be "
          "between 1 and `node_top_k`, not 3")]),
     ("tree_mask", "cumu_tokens 3 1 2\n", r"broken.txt:1: tensor 'cumu_tokens' declares 3"),
+    ("tree_verify", "batch_size 1 1\nnum_draft_tokens 1 2\ncandidates 3 0 1\n",
+     r"broken.txt:3: tensor 'candidates' declares 3 values but has 2"),
+    ("tree_verify", "batch_size 1 1\nnum_draft_tokens 1 2\nnum_speculative_tokens 1 2\n"
+                    "vocab_size 1 4\ncandidates 2 0 1\n",
+     r"tensor 'retrive_index' not found in case file .*broken.txt"),
     ("update_state", "node_top_k 2 4\n", r"broken.txt:1: tensor 'node_top_k'"),
     ("verify_result", "batch_size 1 1\nnum_draft_tokens 1 x\n",
      r"broken.txt:2: .*num_draft_tokens"),

@@ -1,4 +1,7 @@
-"""The fused verify's hardware (docs/tree_verify.md): one lane against the golden arithmetic."""
+# amaranth: UnusedElaboratable=no
+"""The fused verify's hardware (docs/tree_verify.md): one lane against the golden arithmetic,
+the kernel's parameters, the kernel on Amaranth's simulator and under Verilator against
+``golden.tree_speculative_sampling_from_logits``."""
 
 import random
 
@@ -12,8 +15,19 @@ from golden.logit_rows import (
     row_constants,
     temperature_scale,
 )
+from hw.kernels.tree_verify import TreeVerify
 from hw.kernels.tree_verify_lane import LogitLane
+from hw.kernels.tree_verify_params import TreeVerifyParams, chunk_words
+from hw.lib.params import ParameterError
 from sim.amaranth_tb import simulate
+from sim.harness import BUILD_ROOT
+from sim.targets import NotMeasured
+from sim.tree_verify import PARAMETERS, TARGET
+from sim.tree_verify.cases import EXAMPLE_CASE
+from sim.tree_verify.generators import directed_calls, random_call, verify_step_call
+from sim.tree_verify.pysim import run_on_amaranth
+from sim.tree_verify.results import expected
+from sim.tree_verify.schedule import call_cycles
 
 F32 = np.float32
 
@@ -40,25 +54,22 @@ def lane_rows(seed, rows=120):
 def run_lane(rows, *, stall=0.0, seed=0):
     """Every row through one ``LogitLane``: a row's logits back to back, ``LATENCY`` empty
     clocks between rows (the constants change only then; ``stall``: probability of a clock
-    with ``en`` low); returns per row the lane's ``(mantissa, shift, term)`` arrays and its
-    sum."""
+    with ``en`` low); returns per row the lane's ``(mantissa, shift, term, key)`` arrays."""
     dut = LogitLane()
     feed = []
     for index, (x, _) in enumerate(rows):
-        feed += [(index, value, position == 0, position == x.size - 1)
-                 for position, value in enumerate(x)]
+        feed += [(index, value) for value in x]
         feed += [None] * LogitLane.LATENCY
     outputs = {index: [] for index in range(len(rows))}
-    sums = {}
     rand = random.Random(seed)
 
     async def bench(ctx):
-        history = []  # per enabled clock: the (row, last) fed then, or None
+        history = []  # per enabled clock: the row fed then, or None
         while len(history) < len(feed) + LogitLane.LATENCY:
             enable = rand.random() >= stall
             fed = None
             if enable and len(history) < len(feed) and feed[len(history)] is not None:
-                index, value, first, last = feed[len(history)]
+                index, value = feed[len(history)]
                 constants = rows[index][1]
                 for name, bits in (("peak", constants.peak), ("threshold", constants.threshold),
                                    ("logit", value)):
@@ -66,36 +77,133 @@ def run_lane(rows, *, stall=0.0, seed=0):
                 ctx.set(dut.grid, constants.grid)
                 ctx.set(dut.peak_aligned, constants.peak_aligned)
                 ctx.set(dut.scale, constants.scale)
-                fed = (index, last)
+                fed = index
             ctx.set(dut.valid, fed is not None)
-            ctx.set(dut.clear, fed is not None and first)
             ctx.set(dut.en, enable)
             await ctx.tick()
             if not enable:
                 continue
             history.append(fed)
             if len(history) >= LogitLane.LATENCY and history[-LogitLane.LATENCY] is not None:
-                index, last = history[-LogitLane.LATENCY]
+                index = history[-LogitLane.LATENCY]
                 assert ctx.get(dut.out_valid)
                 outputs[index].append((ctx.get(dut.mantissa), ctx.get(dut.shift),
-                                       ctx.get(dut.term)))
-                if last:
-                    sums[index] = ctx.get(dut.sum)
+                                       ctx.get(dut.term), ctx.get(dut.key)))
 
     simulate(dut, bench)
-    return {index: np.array(values, dtype=np.int64).T for index, values in outputs.items()}, sums
+    return {index: np.array(values, dtype=np.int64).T for index, values in outputs.items()}
 
 
 @pytest.mark.parametrize(("seed", "stall"), [(1, 0.0), (2, 0.3)])
 def test_lane_matches_the_golden_arithmetic(seed, stall):
     rows = lane_rows(seed)
-    outputs, sums = run_lane(rows, stall=stall, seed=seed)
+    outputs = run_lane(rows, stall=stall, seed=seed)
     for index, (x, constants) in enumerate(rows):
         clean = np.where(np.isnan(x), -np.inf, x).astype(np.float32)
-        mantissa, shift, _ = lane_exponentials(clean, constants)
+        mantissa, shift, z = lane_exponentials(clean, constants)
         terms = normaliser_terms(mantissa, shift)
-        got_mantissa, got_shift, got_terms = outputs[index]
+        got_mantissa, got_shift, got_terms, got_keys = outputs[index]
         np.testing.assert_array_equal(got_mantissa, mantissa, err_msg=f"row {index}: E")
         np.testing.assert_array_equal(got_shift, shift, err_msg=f"row {index}: k")
         np.testing.assert_array_equal(got_terms, terms, err_msg=f"row {index}: term")
-        assert sums[index] == sum(int(t) for t in terms), f"row {index}: sum"
+        keys = np.where(mantissa > 0, (1 << 34) - z, 0)  # RowDistribution.key
+        np.testing.assert_array_equal(got_keys, keys, err_msg=f"row {index}: key")
+
+
+# --- the kernel ------------------------------------------------------------------------------
+
+#: A small build for Amaranth's simulator: four 64-bit ports of bfloat16 (16 lanes, 4 banks).
+SMALL = {"max_nodes": 10, "max_steps": 5, "max_vocab_size": 64, "read_ports": 4,
+         "port_bits": 64, "logit_format": "bfloat16", "max_burst": 4}
+
+
+def test_parameters_and_layouts():
+    dut = TreeVerify(**SMALL)
+    assert (dut.lanes, dut.port_logits, dut.bank_words, dut.max_row_words) == (16, 4, 4, 16)
+    assert set(dut.params.ports) == {"cmd", "tree", "result"}
+    assert len(dut.read) == 4 and dut.status_layout.size == 32 + 16 + 48
+    params = TreeVerifyParams()
+    assert (params.lanes, params.bank_words) == (16, 8192)
+    assert chunk_words(128256, params) == 8192 and chunk_words(40, params) == 4
+    assert chunk_words(1, params) == 1
+    with pytest.raises(ParameterError, match="`token_width` must hold every token below "
+                                             r"`max_vocab_size` \(131072\), not 16 bits"):
+        TreeVerifyParams(token_width=16)
+    with pytest.raises(ParameterError, match="`logit_format` must be one of 'float32', "
+                                             "'bfloat16', not 'fp8'"):
+        TreeVerify(logit_format="fp8")
+
+
+def test_random_calls_on_amaranth_simulator():
+    """Random calls (greedy and sampling requests, top-k/top-p, LFSR coins, NaN and -inf
+    rows) on the small build, under random idle, back-pressure and memory latency."""
+    rng = np.random.default_rng(3)
+    calls = [random_call(rng, max_nodes=SMALL["max_nodes"], max_steps=SMALL["max_steps"],
+                         max_vocab=SMALL["max_vocab_size"], logit_format="bfloat16",
+                         name=f"random {i}") for i in range(3)]
+    report = run_on_amaranth(TreeVerify(**SMALL), calls, idle=0.3, backpressure=0.3,
+                             latency=(1, 6), seed=3)
+    assert report["beats"] > 0
+
+
+def test_measure_parameters():
+    point = {"batch": 8, "node_top_k": 8, "tree_width": 8, "depth": 5, "verify_num": 64,
+             "vocab": 128256}
+    parameters, spec = TARGET.measure_parameters(point)
+    assert parameters == {**PARAMETERS, "logit_format": "bfloat16"}
+    assert spec == {**point, "logit_format": "bfloat16"}
+    with pytest.raises(NotMeasured, match="V = 262144 exceeds `max_vocab_size` 131072"):
+        TARGET.measure_parameters({**point, "vocab": 262144})
+
+
+# --- Verilator -------------------------------------------------------------------------------
+
+FAST = {"random_calls": 30}
+
+
+def test_kernel_matches_golden_under_verilator(sim_report):
+    """Figures (the serving tree at V = 32000), every directed call and random calls under
+    random idle, back-pressure and memory latency on the ``make sim`` model (two 256-bit
+    ports of float32, 16 lanes), bit-exact with the golden."""
+    summary = TARGET.run(overrides=FAST, log_file=BUILD_ROOT / "pytest-tree_verify.log")
+    assert summary["random_vectors"] == FAST["random_calls"]
+    assert summary["directed_vectors"] == len(directed_calls(max_nodes=64, max_steps=8,
+                                                             max_vocab=300))
+    figures = summary["extra"]["serving tree, V = 32000"]
+    sim_report(f"tree_verify: {summary['requests']:,} requests bit-exact with the golden; "
+               f"serving tree at V=32000: {figures['cycles per request']} cycles, "
+               f"{figures['rows per request']} rows")
+
+
+def test_narrow_bfloat16_ports_under_verilator(sim_report):
+    """A second lane/port setting: four 64-bit ports of bfloat16 (16 lanes over 4 banks)."""
+    summary = TARGET.run({**SMALL, "max_nodes": 64, "max_steps": 8, "max_vocab_size": 512},
+                         overrides={**FAST, "max_vocab": 300}, tests=("directed", "random"),
+                         log_file=BUILD_ROOT / "pytest-tree_verify-bf16.log")
+    assert summary["random_vectors"] == FAST["random_calls"]
+    sim_report(f"tree_verify 4 x 64-bit bfloat16 ports: {summary['requests']:,} requests "
+               "bit-exact with the golden")
+
+
+def test_case_replay_under_verilator():
+    summary = TARGET.run(case=EXAMPLE_CASE, log_file=BUILD_ROOT / "pytest-tree_verify-case.log")
+    assert summary["requests"] == 2
+
+
+def test_schedule_formula_matches_the_simulated_cycles():
+    """``sim.tree_verify.schedule`` against the kernel's cycles: greedy and sampling requests,
+    top-k and top-p searches, the divider in the loop, two memory latencies (the Verilator
+    testbench checks every unstressed call of its build the same way)."""
+    kernel = TreeVerify(**SMALL)
+    step = verify_step_call(seed=1, batch=2, node_top_k=4, tree_width=4, depth=3, verify_num=8,
+                            vocab=64, logit_format="bfloat16")
+    step.temperatures[1] = 0.0
+    searched = verify_step_call(seed=2, batch=1, node_top_k=2, tree_width=2, depth=2,
+                                verify_num=4, vocab=40, logit_format="bfloat16")
+    searched.top_k, searched.top_p = np.array([5], np.int32), np.array([0.9], F32)
+    searched.threshold_acc = 0.5
+    for call, latency in ((step, 3), (searched, 7)):
+        report = run_on_amaranth(kernel, [call], latency=(latency, latency))
+        want = expected(call)
+        assert [s["cycles"] for s in report["status"]] == \
+            call_cycles(kernel.params, call, want["traces"], latency=latency), call.name

@@ -62,7 +62,7 @@ def test_contract_has_the_operating_points_of_the_issue():
     assert (trees["small"]["node_top_k"], trees["small"]["verify_num"]) == (4, 8)
     assert list(contract["kernels"]) == ["score", "update_state", "work_deltas", "tree_mask",
                                          "logits_to_probas", "reject_sample", "verify_result",
-                                         "active_slots", "dataflow"]
+                                         "active_slots", "tree_verify", "dataflow"]
     points = flow.report.contract_points(contract)
     assert len(points) == 12
     assert points[0] == {
@@ -104,8 +104,8 @@ def test_with_no_measurement_every_report_is_written_and_valid(tmp_path, capsys,
     assert status == 0, stderr
     for name in OUTPUTS:
         assert (out / name).stat().st_size > 0
-    assert "[1/14] reading the benchmark contract benchmarks/contract.toml ..." in stdout
-    assert "[14/14] plotting" in stdout
+    assert "[1/15] reading the benchmark contract benchmarks/contract.toml ..." in stdout
+    assert "[15/15] plotting" in stdout
     sheet = json.loads((out / "cycle_budget.json").read_text())
     validate(sheet, "cycle_budget")
     assert sheet["rows"] == []
@@ -247,7 +247,7 @@ def test_failing_measurement_fails_the_step(tmp_path, capsys, isolated):
     isolated["score"] = _fake_target(measure)
     status, _, stderr = run(capsys, "--out", str(tmp_path))
     assert status == 1
-    assert "error: step [4/14] measuring score (draft) at 12 contract points failed: " \
+    assert "error: step [4/15] measuring score (draft) at 12 contract points failed: " \
            "measuring kernel `score` at point eagle2-b1-v32000 failed: RuntimeError: cocotb " \
            "test failed" in stderr
 

@@ -1,13 +1,14 @@
-"""One lane of the fused verify (docs/tree_verify.md): a logit to its fixed-point exponential
-and normaliser term, bit-exact with ``golden.logit_rows.lane_exponentials`` and
-``normaliser_terms``, and the lane's exact running sum of the terms.
+"""One lane of the fused verify (docs/tree_verify.md): a logit to its fixed-point exponential,
+rank key and normaliser term, bit-exact with ``golden.logit_rows.lane_exponentials`` and
+``normaliser_terms``.
 
 The lane takes one logit per clock while ``en`` is high and answers ``LATENCY`` enabled clocks
 later; the row's constants (``golden.logit_rows.RowConstants``) are static while its logits
-are in flight. The fused verify instantiates ``lanes`` of them per memory word.
+are in flight. The fused verify instantiates ``lanes`` of them (``hw.kernels.tree_verify_row``
+sums a bank word's terms in one adder tree) and one more for single tokens.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, signed, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -26,10 +27,12 @@ from golden.logit_rows import (
 from hw.lib.float32 import float32_fields
 from hw.lib.pipeline import stage
 
-__all__ = ["LogitLane", "SUM_BITS", "GRID_BITS", "synthesis_configuration"]
+__all__ = ["LogitLane", "SUM_BITS", "GRID_BITS", "KEY_BITS", "align_magnitude",
+           "synthesis_configuration"]
 
 GRID_BITS = 10  # signed width of the grid exponent L
-SUM_BITS = TERM_BITS + 1 + 24  # terms just over 2**48 at most, up to 2**24 of them per row
+SUM_BITS = TERM_BITS + 1 + 24  # a row's sum: terms just over 2**48, up to 2**24 of them
+KEY_BITS = RANGE_BITS + 2  # keys lie in (2**33, 2**34] in range, 0 out of range
 _NEG_INF = 0xFF800000
 
 
@@ -41,6 +44,15 @@ def _at_least(x, t):
     same_sign = Mux(x.sign, ~greater_or_equal | equal, greater_or_equal)
     other_sign = ~x.sign | (x.is_zero & t.is_zero)
     return ~t.is_nan & Mux(x.sign == t.sign, same_sign, other_sign)
+
+
+def align_magnitude(mantissa, amount):
+    """``trunc(mantissa * 2**amount) mod 2**40`` for a 24-bit ``mantissa`` and a signed
+    ``amount``: one left shift by ``amount + 24`` (0..63) into a 64-bit field whose top 40 bits
+    are the result; amounts outside ``-24..39`` give 0."""
+    offset = (amount + 24)[:6]
+    shifted = (mantissa << offset)[24:24 + ALIGN_BITS]
+    return Mux((amount < -24) | (amount >= ALIGN_BITS), 0, shifted)[:ALIGN_BITS]
 
 
 class LogitLane(wiring.Component):
@@ -63,19 +75,17 @@ class LogitLane(wiring.Component):
         A float32 logit (NaN read as ``-inf``).
     valid : In(1)
         Whether ``logit`` belongs to the row (a word's lanes past ``V`` do not).
-    clear : In(1)
-        Start a new sum: the sum of the next enabled clock holds only that clock's term.
     mantissa : Out(32)
         ``E`` (0 when out of range), ``LATENCY`` enabled clocks after ``logit``.
     shift : Out(8)
         ``k`` (up to 128).
     term : Out(49)
         ``floor(e * 2**48)``.
+    key : Out(KEY_BITS)
+        The token's rank ``2**34 - z`` (``z = -y * 2**26``), 0 when out of range
+        (``golden.logit_rows.RowDistribution.key``).
     out_valid : Out(1)
         ``valid``, delayed like the results.
-    sum : Out(SUM_BITS)
-        The exact sum of the terms of the valid logits since ``clear`` (the clear travels with
-        the logits: a row's sum is complete when its last logit's outputs appear).
     """
 
     LATENCY = 7
@@ -84,9 +94,9 @@ class LogitLane(wiring.Component):
         super().__init__({
             "en": In(1), "peak": In(32), "threshold": In(32), "grid": In(signed(GRID_BITS)),
             "peak_aligned": In(ALIGN_BITS), "scale": In(SCALE_BITS), "logit": In(32),
-            "valid": In(1), "clear": In(1),
+            "valid": In(1),
             "mantissa": Out(32), "shift": Out(8), "term": Out(TERM_BITS + 1),
-            "out_valid": Out(1), "sum": Out(SUM_BITS),
+            "key": Out(KEY_BITS), "out_valid": Out(1),
         })
 
     def elaborate(self, platform):
@@ -104,17 +114,12 @@ class LogitLane(wiring.Component):
         s1 = {name: stage(m, en, value, name=f"s1_{name}") for name, value in {
             "mantissa": fields.mantissa, "sign": fields.sign, "amount": amount, "equal": equal,
             "keep": _at_least(fields, float32_fields(self.threshold)) & finite,
-            "valid": self.valid, "clear": self.clear}.items()}
+            "valid": self.valid}.items()}
 
         # 2. |x| / 2**L, truncated, modulo 2**40.
-        #    One left shift by amount + 24 (0..63) into a 64-bit field, of which the top 40
-        #    bits are the result; amounts outside -24..39 give 0.
-        offset = (s1["amount"] + 24)[:6]
-        shifted = (s1["mantissa"] << offset)[24:24 + ALIGN_BITS]
-        aligned = Mux((s1["amount"] < -24) | (s1["amount"] >= ALIGN_BITS), 0, shifted)
         s2 = {name: stage(m, en, value, name=f"s2_{name}") for name, value in {
-            "aligned": aligned[:ALIGN_BITS], "sign": s1["sign"], "equal": s1["equal"],
-            "keep": s1["keep"], "valid": s1["valid"], "clear": s1["clear"]}.items()}
+            "aligned": align_magnitude(s1["mantissa"], s1["amount"]), "sign": s1["sign"],
+            "equal": s1["equal"], "keep": s1["keep"], "valid": s1["valid"]}.items()}
 
         # 3. |D| = peak - x on the grid (no wrap-around once the coarse check passed; one adder
         #    for both signs of x), the range check |D| <= 2**33.
@@ -124,8 +129,7 @@ class LogitLane(wiring.Component):
         in_range = s2["equal"] | (s2["keep"] & near)
         distance = Mux(in_range & ~s2["equal"], distance, 0)[:RANGE_BITS + 1]
         s3 = {name: stage(m, en, value, name=f"s3_{name}") for name, value in {
-            "distance": distance, "in_range": in_range, "valid": s2["valid"],
-            "clear": s2["clear"]}.items()}
+            "distance": distance, "in_range": in_range, "valid": s2["valid"]}.items()}
 
         # 4. -y = (|D| * C) >> 26, as two 17 x 26 products (one DSP each); the integer
         #    part k, the fraction rounded to a table point i and the signed rest.
@@ -133,7 +137,7 @@ class LogitLane(wiring.Component):
         low_product = stage(m, en, s3["distance"][:half] * self.scale, name="s4_low")
         high_product = stage(m, en, s3["distance"][half:] * self.scale, name="s4_high")
         s4 = {name: stage(m, en, s3[name], name=f"s4_{name}")
-              for name in ("in_range", "valid", "clear")}
+              for name in ("in_range", "valid")}
         z = (low_product + (high_product << half)) >> Y_FRACTION_BITS
         fraction = z[:Y_FRACTION_BITS]
         low_bits = Y_FRACTION_BITS - TABLE_BITS
@@ -148,14 +152,14 @@ class LogitLane(wiring.Component):
         a = (rest * LN2_Q18) >> 12  # a * 2**32, signed
         shift = z[Y_FRACTION_BITS:Y_FRACTION_BITS + 7] + index[TABLE_BITS]  # up to 128
         s5 = {name: stage(m, en, value, name=f"s5_{name}") for name, value in {
-            "a": a[:22].as_signed(), "shift": shift[:8], "in_range": s4["in_range"],
-            "valid": s4["valid"], "clear": s4["clear"]}.items()}
+            "a": a[:22].as_signed(), "shift": shift[:8], "z": z[:RANGE_BITS],
+            "in_range": s4["in_range"], "valid": s4["valid"]}.items()}
 
         # 5. E = T[i] - ((T[i] >> 15) * a) >> 17.
         scaled = stage(m, en, (read.data >> 15) * s5["a"], name="s6_scaled")
         t = stage(m, en, read.data, name="s6_table")
         s6 = {name: stage(m, en, s5[name], name=f"s6_{name}")
-              for name in ("shift", "in_range", "valid", "clear")}
+              for name in ("shift", "z", "in_range", "valid")}
         mantissa = Mux(s6["in_range"], t - (scaled >> 17), 0)[:32]
 
         # 6. The term floor(E * 2**(17 - k)) = (E << 17) >> k and the outputs.
@@ -165,13 +169,10 @@ class LogitLane(wiring.Component):
             self.mantissa.eq(stage(m, en, mantissa, name="s7_mantissa")),
             self.shift.eq(stage(m, en, k, name="s7_shift")),
             self.term.eq(stage(m, en, term, name="s7_term")),
+            self.key.eq(stage(m, en, Mux(s6["in_range"], (1 << 34) - s6["z"], 0)[:KEY_BITS],
+                              name="s7_key")),
             self.out_valid.eq(stage(m, en, s6["valid"], name="s7_valid")),
         ]
-        total = Signal(SUM_BITS)
-        counted = Mux(s6["valid"], term, 0)
-        with m.If(en):
-            m.d.sync += total.eq(Mux(s6["clear"], 0, total) + counted)
-        m.d.comb += self.sum.eq(total)
         return m
 
 

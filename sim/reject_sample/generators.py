@@ -14,7 +14,8 @@ from sim.targets import draft_round_node_count
 from .call import F32, MODES, Call
 
 __all__ = ["random_tree", "random_probs", "random_call", "directed_calls", "lossless_call",
-           "perf_call", "worst_call", "row_call", "verify_step_call"]
+           "perf_call", "worst_call", "row_call", "tree_from_children", "verify_step_tree",
+           "verify_step_call"]
 
 
 def random_tree(rng, n: int, *, max_depth: int = 8, style: str | None = None):
@@ -145,7 +146,9 @@ def random_call(rng, *, name: str, max_nodes: int = 64, max_steps: int = 8, lane
     return call
 
 
-def _tree_from_children(n: int, children: dict):
+def tree_from_children(n: int, children: dict):
+    """SGLang-format links ``(retrive_next_token, retrive_next_sibling)`` of a tree of ``n``
+    positions given as ``{parent: [children in order]}``."""
     nxt = np.full(n, -1, np.int64)
     sib = np.full(n, -1, np.int64)
     for parent, kids in children.items():
@@ -157,7 +160,7 @@ def _tree_from_children(n: int, children: dict):
 
 def _sampling_call(name, children, n, steps, target, candidates, coins, finals, *,
                    single=1.0, acc=1.0, row_pad=0) -> Call:
-    nxt, sib = _tree_from_children(n, children)
+    nxt, sib = tree_from_children(n, children)
     b = target.shape[0]
     return Call(name, "sampling", np.asarray(candidates, np.int64).reshape(b, n),
                 np.arange(b * n, dtype=np.int64).reshape(b, n),
@@ -268,13 +271,13 @@ def directed_calls(lanes: int = 8, max_nodes: int = 64, max_steps: int = 8) -> l
     # Greedy: chain accepted to S - 1, star with the match last, no match.
     n = min(max_nodes, 9)
     chain = {i: [i + 1] for i in range(n - 1)}
-    nxt, sib = _tree_from_children(n, chain)
+    nxt, sib = tree_from_children(n, chain)
     cands = np.arange(100, 100 + n, dtype=np.int64)
     predict = np.append(cands[1:], 7)
     calls.append(Call("greedy chain", "greedy", cands[None], np.arange(n)[None], nxt[None],
                       sib[None], s, target_predict=predict))
     star = {0: list(range(1, n))}
-    nxt, sib = _tree_from_children(n, star)
+    nxt, sib = tree_from_children(n, star)
     predict = np.full(n, 2**31 - 1, np.int64)
     predict[0] = cands[-1]
     calls.append(Call("greedy star, match last", "greedy", cands[None], np.arange(n)[None],
@@ -292,7 +295,7 @@ def lossless_call(rng, trials: int) -> Call:
     distinct sibling tokens), ``trials`` requests with LFSR coins from distinct random seeds
     and random rows."""
     children = {0: [1, 2, 3], 1: [4, 5], 2: [6]}
-    nxt, sib = _tree_from_children(7, children)
+    nxt, sib = tree_from_children(7, children)
     target = random_probs(rng, (trials, 7, 8), kind="smooth")
     cands = np.array([0, 1, 2, 3, 4, 5, 6], np.int64)
     seeds = rng.choice(2**32, size=trials, replace=False).astype(np.int64)
@@ -361,6 +364,32 @@ def row_call(rng, *, vocab: int) -> Call:
                 final_coins=np.array([0.6180339], F32))
 
 
+def verify_step_tree(*, seed: int, batch: int, node_top_k: int, tree_width: int, depth: int,
+                     verify_num: int, vocab: int):
+    """The verify trees of one verify step at a benchmark contract point: the K4 golden's
+    trees (``sim.tree_mask.vectors``) of ``batch`` full-width draft rounds at ``K =
+    node_top_k``, width cap ``tree_width`` and ``depth`` depths, ``n = min(verify_num,
+    cumu_count)``. Returns ``(retrive_next_token, retrive_next_sibling, retrive_index,
+    candidates)``, int64 [B, n] (candidates: the draft tokens modulo ``vocab``)."""
+    from sim.tree_mask.vectors import expected as tree_expected
+    from sim.tree_mask.vectors import grown_call
+
+    nodes = draft_round_node_count(node_top_k, tree_width, depth)
+    tree_call = grown_call(f"verify step tree K={node_top_k} W={tree_width} depth={depth}",
+                           seed=seed, batch=batch, k=node_top_k, width=tree_width,
+                           depths=depth, maxn=nodes, verify_num=verify_num, mode=1,
+                           vocab=vocab)
+    if tree_call.cumu_count != nodes:
+        raise AssertionError(f"the draft round stopped at cumu_count {tree_call.cumu_count} "
+                             f"({tree_call.notes['stop']}), not the full {nodes}")
+    n = tree_call.n(verify_num)
+    tree = tree_expected(tree_call, verify_num)
+    nxt, sib, ridx = (np.asarray(tree[key], np.int64).reshape(batch, n) for key in
+                      ("retrive_next_token", "retrive_next_sibling", "retrive_index"))
+    candidates = np.asarray(tree["draft_tokens"], np.int64).reshape(batch, n) % vocab
+    return nxt, sib, ridx, candidates
+
+
 def verify_step_call(*, batch: int, node_top_k: int, tree_width: int, depth: int,
                      verify_num: int, vocab: int, seed: int, head_mass: float = 0.9) -> Call:
     """One verify step at a benchmark contract point (the K6 measurement), ``sampling`` mode.
@@ -377,23 +406,11 @@ def verify_step_call(*, batch: int, node_top_k: int, tree_width: int, depth: int
     share of the head. Uniform coins, thresholds 1.0 (SGLang's defaults). Deterministic in
     ``seed``.
     """
-    from sim.tree_mask.vectors import expected as tree_expected
-    from sim.tree_mask.vectors import grown_call
-
     rng = np.random.default_rng(seed)
-    nodes = draft_round_node_count(node_top_k, tree_width, depth)
-    tree_call = grown_call(f"verify step tree K={node_top_k} W={tree_width} depth={depth}",
-                           seed=seed, batch=batch, k=node_top_k, width=tree_width,
-                           depths=depth, maxn=nodes, verify_num=verify_num, mode=1,
-                           vocab=vocab)
-    if tree_call.cumu_count != nodes:
-        raise AssertionError(f"the draft round stopped at cumu_count {tree_call.cumu_count} "
-                             f"({tree_call.notes['stop']}), not the full {nodes}")
-    n = tree_call.n(verify_num)
-    tree = tree_expected(tree_call, verify_num)
-    nxt = np.asarray(tree["retrive_next_token"], np.int64).reshape(batch, n)
-    sib = np.asarray(tree["retrive_next_sibling"], np.int64).reshape(batch, n)
-    candidates = np.asarray(tree["draft_tokens"], np.int64).reshape(batch, n) % vocab
+    nxt, sib, ridx, candidates = verify_step_tree(
+        seed=seed, batch=batch, node_top_k=node_top_k, tree_width=tree_width, depth=depth,
+        verify_num=verify_num, vocab=vocab)
+    n = nxt.shape[1]
     target = np.empty((batch, n, vocab), F32)
     k = min(node_top_k, vocab)
     for req in range(batch):
@@ -410,7 +427,6 @@ def verify_step_call(*, batch: int, node_top_k: int, tree_width: int, depth: int
                 candidates[req, child] = head[rank % k]
                 child, rank = sib[req, child], rank + 1
     return Call(f"verify step B={batch} n={n} S={depth + 1} V={vocab}", "sampling",
-                candidates, np.asarray(tree["retrive_index"], np.int64).reshape(batch, n),
-                nxt, sib, depth + 1, target_probs=target,
+                candidates, ridx, nxt, sib, depth + 1, target_probs=target,
                 uniform_samples=rng.random((batch, n), dtype=np.float32),
                 final_coins=rng.random(batch, dtype=np.float32))

@@ -23,7 +23,7 @@ import cocotb
 import numpy as np
 
 from hw.kernels.reject_sample import RejectSampleParams
-from sim.bench import KernelBench, write_summary
+from sim.bench import KernelBench, PacketSink, write_summary
 from sim.cocotb_tb import ReadPortMemory, StreamSink
 from sim.reject_sample.cases import call_from_case
 from sim.reject_sample.generators import (
@@ -43,45 +43,6 @@ INPUTS = ("cmd", "tree", "read_data")  # read_data: the memory port's answers
 OUTPUTS = ("read_address", "draft_write", "result")  # read_address: the memory requests
 
 
-class ResultSink(StreamSink):
-    """``result`` packets (decoded beats); reads ``status`` the clock after each packet's last
-    beat; ``done`` after ``count`` packets."""
-
-    def __init__(self, bench, count, *, backpressure):
-        super().__init__(bench.dut, "result", backpressure=backpressure, rng=bench.rng)
-        self._bench = bench
-        self.count = count
-        self.packets, self.status, self.ends = [], [], []
-        self._current = []
-        self._status_due = False
-
-    @property
-    def done(self) -> bool:
-        return len(self.packets) >= self.count
-
-    def read_status(self):
-        value = self._bench.dut.status.value.to_unsigned()
-        self.status.append(beats(self._bench.params.status_layout, [value])[0])
-        self._status_due = False
-
-    def sample(self, cycle):
-        if self._status_due:
-            self.read_status()
-        before = len(self.items)
-        super().sample(cycle)
-        for beat in beats(self._bench.params.result_layout, self.items[before:]):
-            self._current.append(beat)
-            if beat["last"]:
-                self.packets.append(self._current)
-                self._current = []
-                self.ends.append(cycle)
-                self._status_due = True
-
-    def finish(self):
-        if self._status_due:
-            self.read_status()
-
-
 class DraftSink(StreamSink):
     """``draft_write`` beats; a request's writes all precede its last ``result`` beat."""
 
@@ -97,7 +58,7 @@ async def run_call(bench, call, *, latency, idle=0.0, backpressure=0.0, seed=0) 
     memory = MemoryImage(call, params.lanes, seed=seed)
     port = ReadPortMemory(bench.dut, memory.payload, latency=latency, idle=idle,
                           backpressure=backpressure, rng=bench.rng)
-    result = ResultSink(bench, call.batch_size, backpressure=backpressure)
+    result = PacketSink(bench, "result", call.batch_size, backpressure=backpressure)
     draft = DraftSink(bench.dut, "draft_write", backpressure=backpressure, rng=bench.rng)
     per_request = call.nodes * (12 + latency[1]) + 6 * (-(-call.vocab_size // params.lanes)) \
         + 40 * latency[1] + 600

@@ -1,0 +1,677 @@
+"""The fused verify (docs/kernels.md §10): tree speculative sampling from logits, reading only
+the rows the traversal visits, bit-exact with ``golden.tree_speculative_sampling_from_logits``
+and ``golden.draft_tree_reject_sample_from_logits`` (LFSR coins).
+
+One request is one ``cmd`` beat and ``n`` ``tree`` beats (positions ``0..n-1``); the kernel
+answers with one ``result`` packet (``accept_index``/``predicts`` pairs). Requests run one
+after the other: the tree into the node memory, then the §8 walk, which for every row it
+visits (the root's, then each accepted node's):
+
+1. reads the row once from memory through the ``read_ports`` ports into their banks, finding
+   the row's maximum on the way (``hw.kernels.tree_verify_loader``);
+2. greedy requests (``temperature < 1e-6``) decide on the argmax; sampling requests compute
+   the row constants and run passes of the lanes over the banks (``hw.kernels.tree_verify_row``):
+   the normaliser, then, with top-k or top-p, a bit-serial search of the keep threshold (one
+   pass per key bit) and the kept normaliser;
+3. decides the candidate children one by one: the child's token through one more lane, its
+   probability ``e / total`` (``hw.lib.wide_divide.RatioToFloat32``), §8's ``prob_acc`` add,
+   division and compares; a rejected child's token leaves the residual.
+
+The final draw finds the bank, then (one pick pass) the word, then the token whose prefix sum
+of residual terms passes ``coin * residual``. Memory layout, schedule and cycle formula:
+docs/tree_verify.md; parameters and layouts: ``hw.kernels.tree_verify_params``.
+"""
+
+import numpy as np
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import Out
+
+from golden.logit_rows import ALIGN_BITS, GREEDY_TEMPERATURE, GRID_OFFSET, SCALE_BITS
+from hw.lib.component import KernelComponent
+from hw.lib.float32 import Float32Add, float32_equal, float32_fields, float32_less
+from hw.lib.float32_divide import Float32Divide
+from hw.lib.lfsr import GaloisLFSR32
+from hw.lib.wide_divide import RatioToFloat32, TemperatureScale
+
+from .tree_verify_lane import GRID_BITS, KEY_BITS, SUM_BITS, LogitLane, align_magnitude
+from .tree_verify_loader import RowLoader, merge_latency, merge_peaks
+from .tree_verify_params import TreeVerifyParams
+from .tree_verify_row import RowPass, widen_logit
+
+__all__ = ["TreeVerify", "TreeVerifyParams", "V80_BUILD", "synthesis_parameters",
+           "synthesis_configuration"]
+
+_ONE = Const(0x3F80_0000, 32)
+_GREEDY = Const(int(np.array(GREEDY_TEMPERATURE, np.float32).view(np.uint32)), 32)
+_MIN_THRESHOLD_ACC = Const(int(np.array(1e-9, np.float32).view(np.uint32)), 32)
+_COARSE_BITS = 35  # the coarse threshold is peak - 2**(L + 35)
+_TERM_UP = 17  # e / 2**-48 = E * 2**(17 - k)
+
+
+class TreeVerify(KernelComponent):
+    """The fused verify, bit-exact with the goldens (see the module).
+
+    Parameters
+    ----------
+    See :class:`hw.kernels.tree_verify_params.TreeVerifyParams`.
+
+    Members
+    -------
+    cmd : In(stream.Signature(cmd_layout))
+        One beat per request: ``lfsr`` (coins from the generator seeded with ``seed``, else the
+        tree beats' ``coin`` and ``final_coin``), ``nodes``/``steps``/``vocab_size`` (``n``,
+        ``S``, ``V``, at least 2, 2 and 1), ``row_address``/``row_pitch`` (byte address of
+        row 0, bytes between rows; port-word aligned), ``temperature`` (below ``1e-6``:
+        greedy), ``top_k`` (off when ``<= 0`` or ``>= V``), ``top_p`` (float32; off when
+        ``>= 1``), ``threshold_single``/``threshold_acc`` (float32 bits).
+    tree : In(stream.Signature(tree_layout))
+        ``n`` beats per request, position order: ``candidate``, ``index`` (``retrive_index``),
+        ``next_token``/``next_sibling`` (signed; outside ``[0, n)``: none), ``coin``
+        (``uniform_samples[b, i]``); ``first``/``last`` are not checked.
+    read : Out(read_port).array(read_ports)
+        The ``target_logits`` read ports (``hw.kernels.tree_verify_params.read_port_signature``).
+    result : Out(stream.Signature(result_layout))
+        One packet per request, ``accepted + 1`` beats: beat ``k`` is ``index =
+        accept_index[b, k]`` and ``token = predicts[index]``; on the last beat ``nan`` (a row
+        the request read held a NaN) and ``error`` (a link cycle: the outputs are then
+        meaningless; the golden refuses such a call).
+    status : Out(status_layout)
+        ``cycles`` (``cmd`` to the last ``result`` beat) and ``rows`` (rows read) of the last
+        request; ``beats``: read-port data beats since reset (bytes: ``beats * port_bytes``).
+    """
+
+    Params = TreeVerifyParams
+    OUTPUTS = ("result",)
+
+    def members(self, params):
+        return {**super().members(params),
+                "read": Out(params.read_port).array(params.read_ports),
+                "status": Out(params.status_layout)}
+
+    def elaborate(self, platform):
+        p = self.params
+        m = Module()
+        cmd, tree, result = self.cmd, self.tree, self.result
+
+        # --- request registers ---------------------------------------------------------------
+        req = Signal(p.cmd_layout)
+        greedy = Signal()
+        chunk_log2 = Signal(range(p.bank_words.bit_length() + 1))
+        chunk = Signal(range(p.bank_words + 1))
+        row_words = Signal(range(p.max_row_words + 1))
+        grid = Signal(signed(GRID_BITS))
+        scale = Signal(SCALE_BITS)
+        final_coin = Signal(32)
+        top_k_on = Signal()
+        top_p_on = Signal()
+        threshold_acc = Signal(32)
+
+        # --- node memory ---------------------------------------------------------------------
+        link = signed(p.node_bits + 2)
+        node_layout = data.StructLayout({
+            "candidate": unsigned(p.token_width), "index": unsigned(p.index_width),
+            "next": link, "sibling": link, "coin": 32})
+        nodes = Memory(shape=node_layout, depth=p.max_nodes, init=[])
+        m.submodules.nodes = nodes
+        node_write = nodes.write_port()
+        node_read = nodes.read_port()
+        node = node_read.data
+
+        m.submodules.lfsr = lfsr = GaloisLFSR32()
+
+        # --- row units -----------------------------------------------------------------------
+        loaders = []
+        for port in range(p.read_ports):
+            loader = RowLoader(port_bits=p.port_bits, logit_bits=p.logit_bits,
+                               depth=p.bank_words, address_width=p.address_width,
+                               max_burst=p.max_burst, token_width=p.token_width)
+            m.submodules[f"loader{port}"] = loader
+            wiring.connect(m, wiring.flipped(self.read[port]), loader.port)
+            loaders.append(loader)
+        merged = merge_peaks(m, loaders)
+        m.submodules.row_pass = row_pass = RowPass(p)
+        m.submodules.token_lane = token_lane = LogitLane()
+        m.submodules.add = add = Float32Add()
+        m.submodules.divide = divide = Float32Divide()
+        m.submodules.ratio = ratio = RatioToFloat32(32, SUM_BITS, 10)
+        m.submodules.temperature = temperature = TemperatureScale()
+
+        peak = Signal(32)
+        argmax = Signal(p.token_width)
+        nan = Signal()
+        threshold = Signal(32)
+        peak_aligned = Signal(ALIGN_BITS)
+        key_filter = Signal(KEY_BITS)
+        m.d.comb += [
+            row_pass.chunk.eq(chunk), row_pass.first_word.eq(0), row_pass.words.eq(chunk),
+            row_pass.full_words.eq(req.vocab_size >> (p.port_logits.bit_length() - 1)),
+            row_pass.tail_lanes.eq(req.vocab_size[:max(p.port_logits.bit_length() - 1, 1)]),
+            row_pass.peak.eq(peak), row_pass.threshold.eq(threshold), row_pass.grid.eq(grid),
+            row_pass.peak_aligned.eq(peak_aligned), row_pass.scale.eq(scale),
+            row_pass.filter.eq(key_filter),
+            token_lane.en.eq(1), token_lane.peak.eq(peak), token_lane.threshold.eq(threshold),
+            token_lane.grid.eq(grid), token_lane.peak_aligned.eq(peak_aligned),
+            token_lane.scale.eq(scale),
+        ]
+        for port, loader in enumerate(loaders):
+            m.d.comb += row_pass.bank_data[port].eq(loader.read_data)
+
+        # A token's place in the banks: bank word, bank, lane of the bank's word.
+        token = Signal(p.token_width)
+        lane_bits = p.port_logits.bit_length() - 1
+        token_word = Signal(range(p.max_row_words + p.bank_words))
+        m.d.comb += token_word.eq(token >> lane_bits)
+        token_bank_word = Signal(range(max(p.bank_words, 2)))
+        m.d.comb += token_bank_word.eq(token_word & (chunk - 1))
+        token_bank = Signal(range(max(p.read_ports, 2)))
+        m.d.comb += token_bank.eq(token_word >> chunk_log2)
+        token_lane_index = Signal(range(max(p.port_logits, 2)))
+        m.d.comb += token_lane_index.eq(token[:max(lane_bits, 1)])
+        reading_token = Signal()
+        for loader in loaders:
+            m.d.comb += loader.read_addr.eq(Mux(reading_token, token_bank_word,
+                                                row_pass.bank_address))
+        block_bits = (p.block_words - 1).bit_length()
+        drawing_blocks = Signal()
+        draw_block = Signal(range(max(p.max_blocks, 2)))
+        m.d.comb += [
+            row_pass.remove_word.eq(token_bank_word),
+            row_pass.block_address.eq(Mux(drawing_blocks, draw_block,
+                                          token_bank_word >> block_bits)),
+            row_pass.block_remove_bank.eq(token_bank),
+        ]
+        bank_word = Signal(p.port_bits)
+        m.d.comb += bank_word.eq(Array(loader.read_data for loader in loaders)[token_bank])
+        token_logit = Signal(32)
+        m.d.comb += token_logit.eq(widen_logit(
+            bank_word.word_select(token_lane_index, p.logit_bits), p.logit_bits))
+        token_valid = Signal()
+        m.d.comb += [token_lane.logit.eq(token_logit), token_lane.valid.eq(token_valid)]
+        removed_bit = Signal()
+        m.d.comb += removed_bit.eq(row_pass.removed_word.bit_select(
+            Cat(token_lane_index, token_bank)[:max(p.lanes.bit_length() - 1, 1)], 1))
+
+        # --- walk registers ------------------------------------------------------------------
+        cur = Signal(range(max(p.max_nodes, 2)))
+        last_next = Signal(link)  # next_token of the last accepted node
+        sibling = Signal(link)
+        candidate_index = Signal(p.index_width)
+        pending_index = Signal(p.index_width)  # accept_index entry waiting for its token
+        coin = Signal(32)
+        prob_acc = Signal(32)
+        q = Signal(32)
+        accepted = Signal(range(p.max_steps + 1))
+        row = Signal(range(max(p.max_nodes, 2)))
+        tries = Signal(range(p.max_nodes + 2))  # siblings tried in this step (cycle guard)
+        kept_total = Signal(SUM_BITS)
+        residual = Signal(SUM_BITS)
+        bank_residual = Signal(data.ArrayLayout(SUM_BITS, p.read_ports))
+        term = Signal(len(token_lane.term))
+        mantissa = Signal(32)
+        exponent_shift = Signal(8)
+        kept = Signal()
+        wait = Signal(range(64))
+        bit = Signal(range(KEY_BITS + 1))
+        search = Signal(KEY_BITS)
+        topk_filter = Signal(KEY_BITS)
+        needed = Signal(SUM_BITS)
+        searching_p = Signal()
+        product = Signal(24 + SUM_BITS)
+        shift = Signal(range(256))
+        target = Signal(SUM_BITS + 1)  # the draw's threshold (u)
+        cumulative = Signal(SUM_BITS + 1)
+        pick_bank = Signal(range(max(p.read_ports, 2)))
+        pick_word = Signal(range(max(p.bank_words, 2)))
+        draw_word = Signal(range(max(p.bank_words, 2)))
+        scan_valid = Signal()
+        scan_block = Signal(range(max(p.max_blocks, 2)))
+        found = Signal()
+        lane_in = Signal(range(p.port_logits + 1))
+        lane_out = Signal(range(p.port_logits + 1))
+        bonus = Signal(p.token_width)
+        draw_base = Signal(p.token_width)
+        error = Signal()
+        cycles = Signal(32)
+        rows = Signal(16)
+        busy = Signal()
+        m.d.comb += [self.status.beats.eq(sum(loader.beats for loader in loaders)[:48]),
+                     self.status.cycles.eq(cycles), self.status.rows.eq(rows),
+                     row_pass.pick_bank.eq(pick_bank)]
+        with m.If(busy):
+            m.d.sync += cycles.eq(cycles + 1)
+
+        # Float plumbing of a decision.
+        coin_fields = float32_fields(final_coin)
+        m.d.comb += [
+            add.a.eq(prob_acc), add.b.eq(q),  # CONSTANTS uses the adder for the threshold
+            divide.a.eq(add.result), divide.b.eq(threshold_acc),
+            temperature.request.payload.eq(req.temperature),
+            ratio.request.payload.numerator.eq(mantissa),
+            ratio.request.payload.denominator.eq(kept_total),
+            ratio.request.payload.scale.eq(_TERM_UP - exponent_shift),
+        ]
+        sum_ratio = Signal(32)  # prob_acc / threshold_acc (no division by 1.0)
+        m.d.comb += sum_ratio.eq(Mux(threshold_acc == _ONE, add.result, divide.result))
+        accept = Signal()
+        m.d.comb += accept.eq(
+            float32_less(coin, sum_ratio) | float32_equal(coin, sum_ratio)
+            | ~float32_less(q, req.threshold_single) & ~float32_fields(q).is_nan
+            & ~float32_fields(req.threshold_single).is_nan)
+
+        # Row ``row``'s chunks, port p from word p * chunk (read with the loaders' start).
+        row_start = Signal(p.address_width)
+        m.d.sync += row_start.eq(req.row_address + row * req.row_pitch)
+        for port, loader in enumerate(loaders):
+            first_word = Signal(range(p.read_ports * p.bank_words + 1), name=f"first_word{port}")
+            m.d.comb += first_word.eq(Const(port) << chunk_log2)
+            remaining = row_words - first_word
+            m.d.comb += [
+                loader.address.eq(row_start + first_word * p.port_bytes),
+                loader.words.eq(Mux(row_words <= first_word, 0,
+                                    Mux(remaining > chunk, chunk, remaining))),
+                loader.first_token.eq(first_word << lane_bits),
+                loader.vocab.eq(req.vocab_size),
+            ]
+
+        # The tree beat of the clock before (its coin is the LFSR's after the beat's advance).
+        w_valid = Signal()
+        w_beat = Signal(p.tree_layout)
+        m.d.sync += [w_valid.eq(tree.valid & tree.ready), w_beat.eq(tree.payload)]
+
+        with m.FSM(name="state"):
+            with m.State("IDLE"):
+                m.d.comb += cmd.ready.eq(1)
+                with m.If(cmd.valid):
+                    payload = cmd.payload
+                    words = (payload.vocab_size + p.port_logits - 1) >> lane_bits
+                    per_port = (words + p.read_ports - 1) >> (p.read_ports.bit_length() - 1)
+                    log2 = Signal.like(chunk_log2)
+                    for value in reversed(range(p.bank_words.bit_length())):
+                        with m.If(per_port <= (1 << value)):
+                            m.d.comb += log2.eq(value)
+                    top_p_fields = float32_fields(payload.top_p)
+                    m.d.sync += [
+                        req.eq(payload), row_words.eq(words), chunk_log2.eq(log2),
+                        chunk.eq(Const(1, chunk.shape()) << log2),
+                        greedy.eq(float32_less(payload.temperature, _GREEDY)),
+                        top_k_on.eq((payload.top_k > 0) & (payload.top_k < payload.vocab_size)),
+                        top_p_on.eq(top_p_fields.sign | (top_p_fields.magnitude < _ONE)),
+                        threshold_acc.eq(Mux(float32_less(payload.threshold_acc,
+                                                          _MIN_THRESHOLD_ACC),
+                                             _MIN_THRESHOLD_ACC, payload.threshold_acc)),
+                        final_coin.eq(payload.final_coin), cur.eq(0), nan.eq(0), rows.eq(0),
+                        row.eq(0), cycles.eq(1), busy.eq(1), accepted.eq(0), error.eq(0),
+                    ]
+                    m.d.comb += [lfsr.load.eq(1), lfsr.seed.eq(payload.seed)]
+                    m.next = "TREE"
+            with m.State("TREE"):
+                # Node i's LFSR coin is draw i + 1: the advance of its beat happens first.
+                m.d.comb += [tree.ready.eq(~(w_valid & (cur == req.nodes - 1))),
+                             lfsr.advance.eq(tree.valid & tree.ready
+                                             | (w_valid & (cur == req.nodes - 1)))]
+                with m.If(w_valid):
+                    m.d.comb += [
+                        node_write.en.eq(1), node_write.addr.eq(cur),
+                        node_write.data.candidate.eq(w_beat.candidate),
+                        node_write.data.index.eq(w_beat.index),
+                        node_write.data.next.eq(w_beat.next_token),
+                        node_write.data.sibling.eq(w_beat.next_sibling),
+                        node_write.data.coin.eq(Mux(req.lfsr, lfsr.coin, w_beat.coin)),
+                    ]
+                    m.d.sync += cur.eq(cur + 1)
+                    with m.If(cur == req.nodes - 1):
+                        m.next = "FINAL_COIN"
+            with m.State("FINAL_COIN"):
+                m.d.sync += [final_coin.eq(Mux(req.lfsr, lfsr.coin, req.final_coin)), cur.eq(0)]
+                m.d.comb += temperature.request.valid.eq(~greedy)
+                with m.If(greedy | temperature.request.ready):
+                    m.next = "ROOT"
+            with m.State("ROOT"):
+                # Node 0: its index starts the packet, its coin the walk, its row the first read.
+                m.d.comb += node_read.addr.eq(0)
+                m.next = "ROOT_DATA"
+            with m.State("ROOT_DATA"):
+                m.d.sync += [pending_index.eq(node.index), coin.eq(node.coin),
+                             last_next.eq(node.next), prob_acc.eq(0)]
+                m.d.comb += temperature.response.ready.eq(1)
+                with m.If(greedy):
+                    m.next = "ROW"
+                with m.Elif(temperature.response.valid):
+                    m.d.sync += [scale.eq(temperature.response.payload.mantissa),
+                                 grid.eq(-temperature.response.payload.exponent - GRID_OFFSET)]
+                    m.next = "ROW"
+
+            # --- a row: load, constants, passes ----------------------------------------------
+            with m.State("ROW"):
+                # (row_start follows `row` one clock later: ROW is entered a clock after.)
+                for loader in loaders:
+                    m.d.comb += loader.start.eq(1)
+                m.d.sync += [wait.eq(0), rows.eq(rows + 1)]
+                m.next = "LOADING"
+            with m.State("LOADING"):
+                with m.If(Cat(loader.busy for loader in loaders) == 0):
+                    m.d.sync += wait.eq(wait + 1)
+                    with m.If(wait == merge_latency(p.read_ports)):
+                        m.d.sync += [peak.eq(merged.peak), argmax.eq(merged.peak_index),
+                                     nan.eq(nan | merged.nan)]
+                        m.next = "LOADED"
+            with m.State("LOADED"):
+                with m.If(greedy):
+                    m.next = "STEP"
+                with m.Else():
+                    m.d.sync += wait.eq(Float32Add.latency)
+                    m.next = "CONSTANTS"
+            with m.State("CONSTANTS"):
+                # threshold = fl32(peak - 2**(L + 35)) (an infinite margin above 2**127).
+                exponent = grid + _COARSE_BITS + 127
+                margin = Mux(exponent >= 255, 0x7F80_0000, (exponent[:8] << 23))
+                m.d.comb += [add.a.eq(peak), add.b.eq(margin), add.subtract.eq(1)]
+                fields = float32_fields(peak)
+                aligned = align_magnitude(fields.mantissa, fields.exponent_eff - 150 - grid)
+                m.d.sync += [peak_aligned.eq(Mux(fields.is_inf, 0,
+                                                 Mux(fields.sign, -aligned, aligned))),
+                             wait.eq(wait - 1)]
+                with m.If(wait == 0):
+                    m.d.sync += [threshold.eq(add.result), key_filter.eq(0)]
+                    m.next = "PASS_ALL"
+            with m.State("PASS_ALL"):
+                m.d.comb += [row_pass.clear_removed.eq(1), row_pass.start.eq(1)]
+                m.next = "PASS_ALL_WAIT"
+            with m.State("PASS_ALL_WAIT"):
+                m.d.comb += row_pass.clear_removed.eq(1)
+                with m.If(row_pass.done):
+                    m.d.sync += [bit.eq(KEY_BITS), search.eq(0), topk_filter.eq(0),
+                                 searching_p.eq(0)]
+                    with m.If(top_k_on):
+                        m.next = "SEARCH"
+                    with m.Elif(top_p_on):
+                        m.next = "TOP_P"
+                    with m.Else():
+                        m.next = "KEPT"
+            with m.State("SEARCH"):
+                # One pass per key bit, from the top: keep the bit when the pass with it set
+                # still counts k tokens (top-k) or the needed mass (top-p).
+                search_bit = Const(1, KEY_BITS) << (bit - 1)[:6]
+                candidate = search | search_bit
+                m.d.sync += key_filter.eq(Mux(searching_p & (candidate < topk_filter),
+                                              topk_filter, candidate))
+                with m.If(bit == 0):
+                    with m.If(searching_p):
+                        m.d.sync += key_filter.eq(Mux(search < topk_filter, topk_filter,
+                                                      search))
+                        m.next = "FINAL_PASS"
+                    with m.Else():
+                        m.d.sync += [topk_filter.eq(search), key_filter.eq(search)]
+                        m.next = "TOPK_PASS"
+                with m.Else():
+                    m.next = "SEARCH_PASS"
+            with m.State("SEARCH_PASS"):
+                m.d.comb += row_pass.start.eq(1)
+                m.next = "SEARCH_WAIT"
+            with m.State("SEARCH_WAIT"):
+                with m.If(row_pass.done):
+                    good = Mux(searching_p, row_pass.total >= needed,
+                               row_pass.count >= req.top_k.as_unsigned())
+                    with m.If(good):
+                        m.d.sync += search.eq(search | (Const(1, KEY_BITS) << (bit - 1)[:6]))
+                    m.d.sync += bit.eq(bit - 1)
+                    m.next = "SEARCH"
+            with m.State("TOPK_PASS"):
+                m.d.comb += row_pass.start.eq(1)
+                m.next = "TOPK_WAIT"
+            with m.State("TOPK_WAIT"):
+                with m.If(row_pass.done):
+                    with m.If(top_p_on):
+                        m.next = "TOP_P"
+                    with m.Else():
+                        m.next = "KEPT"
+            with m.State("TOP_P"):
+                # needed = max(ceil(top_p * kept total), 1): the product, then the shift.
+                top_p = float32_fields(req.top_p)
+                m.d.sync += [product.eq(Mux(top_p.sign, 0, top_p.mantissa) * row_pass.total),
+                             shift.eq(150 - top_p.exponent_eff)]
+                m.next = "TOP_P_SHIFT"
+            with m.State("TOP_P_SHIFT"):
+                floor = product >> shift
+                exact = (floor << shift) == product
+                value = floor + ~exact
+                m.d.sync += [needed.eq(Mux(value == 0, 1, value)), bit.eq(KEY_BITS),
+                             search.eq(0), searching_p.eq(1)]
+                m.next = "SEARCH"
+            with m.State("FINAL_PASS"):
+                m.d.comb += row_pass.start.eq(1)
+                m.next = "FINAL_WAIT"
+            with m.State("FINAL_WAIT"):
+                with m.If(row_pass.done):
+                    m.next = "KEPT"
+            with m.State("KEPT"):
+                m.d.sync += [kept_total.eq(row_pass.total), residual.eq(row_pass.total),
+                             bank_residual.eq(row_pass.bank_sums)]
+                m.next = "STEP"
+
+            # --- the walk: one step's siblings ---------------------------------------------
+            with m.State("STEP"):
+                # cur = next_token[last]; none (or all S - 1 steps taken): the final draw.
+                with m.If((accepted == req.steps - 1) | (last_next < 0)
+                          | (last_next >= req.nodes)):
+                    m.next = "FINAL"
+                with m.Else():
+                    m.d.sync += [cur.eq(last_next), tries.eq(0)]
+                    m.next = "NODE"
+            with m.State("NODE"):
+                m.d.comb += node_read.addr.eq(cur)
+                m.d.sync += tries.eq(tries + 1)
+                with m.If(tries == req.nodes):
+                    m.d.sync += error.eq(1)
+                    m.next = "FINAL"
+                with m.Else():
+                    m.next = "NODE_DATA"
+            with m.State("NODE_DATA"):
+                m.d.sync += [token.eq(node.candidate), candidate_index.eq(node.index),
+                             sibling.eq(node.sibling)]
+                with m.If(greedy):
+                    m.next = "GREEDY"
+                with m.Else():
+                    m.next = "TOKEN"
+            with m.State("GREEDY"):
+                m.d.sync += q.eq(0)
+                with m.If(token == argmax):
+                    m.next = "ACCEPT"
+                with m.Else():
+                    m.next = "REJECT"
+            with m.State("TOKEN"):
+                m.d.comb += reading_token.eq(1)
+                m.next = "TOKEN_DATA"
+            with m.State("TOKEN_DATA"):
+                # The bank word arrives: the token's logit into the lane.
+                m.d.comb += [reading_token.eq(1), token_valid.eq(1)]
+                m.d.sync += wait.eq(LogitLane.LATENCY - 1)
+                m.next = "LANE"
+            with m.State("LANE"):
+                m.d.comb += reading_token.eq(1)
+                m.d.sync += wait.eq(wait - 1)
+                with m.If(wait == 0):
+                    is_kept = (token_lane.mantissa != 0) & (token_lane.key >= key_filter)
+                    m.d.sync += [kept.eq(is_kept), term.eq(token_lane.term), q.eq(0),
+                                 mantissa.eq(token_lane.mantissa),
+                                 exponent_shift.eq(token_lane.shift)]
+                    m.next = "LANE_DONE"
+            with m.State("LANE_DONE"):
+                with m.If(kept):
+                    m.next = "RATIO_REQUEST"
+                with m.Else():
+                    m.next = "ADD"
+            with m.State("RATIO_REQUEST"):
+                m.d.comb += ratio.request.valid.eq(1)
+                with m.If(ratio.request.ready):
+                    m.next = "RATIO"
+            with m.State("RATIO"):
+                m.d.comb += ratio.response.ready.eq(1)
+                with m.If(ratio.response.valid):
+                    m.d.sync += q.eq(ratio.response.payload)
+                    m.next = "ADD"
+            with m.State("ADD"):
+                m.d.sync += wait.eq(Mux(threshold_acc == _ONE, Float32Add.latency,
+                                        Float32Add.latency + divide.latency))
+                m.next = "ADD_WAIT"
+            with m.State("ADD_WAIT"):
+                m.d.sync += wait.eq(wait - 1)
+                with m.If(wait == 0):
+                    m.d.sync += prob_acc.eq(add.result)
+                    with m.If(accept):
+                        m.next = "ACCEPT"
+                    with m.Else():
+                        m.next = "REJECT"
+            with m.State("REJECT"):
+                # The token leaves the residual once (a repeated token is one token).
+                m.d.comb += reading_token.eq(1)
+                with m.If(~greedy & kept & ~removed_bit):
+                    m.d.comb += [row_pass.remove.eq(1),
+                                 row_pass.remove_lane.eq(Cat(token_lane_index, token_bank)),
+                                 row_pass.block_remove.eq(1),
+                                 row_pass.block_remove_term.eq(term)]
+                    m.d.sync += [residual.eq(residual - term),
+                                 bank_residual[token_bank].eq(bank_residual[token_bank] - term)]
+                m.d.sync += cur.eq(sibling)
+                with m.If((sibling < 0) | (sibling >= req.nodes)):
+                    m.next = "FINAL"
+                with m.Else():
+                    m.next = "NODE"
+            with m.State("ACCEPT"):
+                m.d.comb += [result.valid.eq(1), result.payload.index.eq(pending_index),
+                             result.payload.token.eq(token),
+                             result.payload.first.eq(accepted == 0)]
+                with m.If(result.ready):
+                    m.d.sync += [pending_index.eq(candidate_index), accepted.eq(accepted + 1),
+                                 prob_acc.eq(0), row.eq(cur)]
+                    m.next = "ACCEPT_NODE"
+            with m.State("ACCEPT_NODE"):
+                m.d.comb += node_read.addr.eq(cur)
+                m.next = "ACCEPT_DATA"
+            with m.State("ACCEPT_DATA"):
+                m.d.sync += [coin.eq(node.coin), last_next.eq(node.next)]
+                m.next = "ROW"
+
+            # --- the bonus token -------------------------------------------------------------
+            with m.State("FINAL"):
+                m.d.sync += bonus.eq(argmax)
+                with m.If(greedy | error):
+                    m.next = "EMIT"
+                with m.Else():
+                    m.d.sync += [product.eq(coin_fields.mantissa * residual),
+                                 shift.eq(150 - coin_fields.exponent_eff)]
+                    m.next = "DRAW"
+            with m.State("DRAW"):
+                # u = coin * residual on the integer grid; past the end: the last positive
+                # term (the first prefix reaching the residual); a negative coin: token 0.
+                u = Mux(coin_fields.exponent_eff >= 150, product, product >> shift)
+                limit = residual - 1
+                m.d.sync += [target.eq(Mux(u > limit, limit, u)), cumulative.eq(0),
+                             pick_bank.eq(0)]
+                with m.If(residual == 0):
+                    m.d.sync += bonus.eq(req.vocab_size - 1)
+                    m.next = "EMIT"
+                with m.Elif(coin_fields.sign & ~coin_fields.is_zero):
+                    m.d.sync += bonus.eq(0)
+                    m.next = "EMIT"
+                with m.Else():
+                    m.next = "DRAW_BANK"
+            with m.State("DRAW_BANK"):
+                share = bank_residual[pick_bank]
+                with m.If(cumulative + share > target):
+                    m.d.sync += [draw_block.eq(0), scan_valid.eq(0)]
+                    m.next = "DRAW_BLOCKS"
+                with m.Else():
+                    m.d.sync += [cumulative.eq(cumulative + share), pick_bank.eq(pick_bank + 1)]
+            with m.State("DRAW_BLOCKS"):
+                # The bank's block sums, one address a clock; the data a clock later.
+                m.d.comb += drawing_blocks.eq(1)
+                m.d.sync += [draw_block.eq(draw_block + 1), scan_valid.eq(1),
+                             scan_block.eq(draw_block)]
+                share = row_pass.block_data[pick_bank]
+                with m.If(scan_valid):
+                    with m.If(cumulative + share > target):
+                        m.d.sync += draw_block.eq(scan_block)
+                        m.next = "DRAW_PASS"
+                    with m.Else():
+                        m.d.sync += cumulative.eq(cumulative + share)
+            with m.State("DRAW_PASS"):
+                # The block's words through the lanes, removed tokens left out.
+                first_word = draw_block << block_bits
+                m.d.comb += [row_pass.start.eq(1), row_pass.apply_removed.eq(1),
+                             row_pass.first_word.eq(first_word),
+                             row_pass.words.eq(Mux(chunk < p.block_words, chunk,
+                                                   p.block_words))]
+                m.d.sync += [found.eq(0), draw_word.eq(first_word)]
+                m.next = "DRAW_WORDS"
+            with m.State("DRAW_WORDS"):
+                m.d.comb += [row_pass.apply_removed.eq(1),
+                             row_pass.first_word.eq(draw_block << block_bits),
+                             row_pass.words.eq(Mux(chunk < p.block_words, chunk,
+                                                   p.block_words))]
+                with m.If(row_pass.word_valid & ~found):
+                    with m.If(cumulative + row_pass.word_sum > target):
+                        m.d.sync += [found.eq(1), pick_word.eq(draw_word)]
+                    with m.Else():
+                        m.d.sync += cumulative.eq(cumulative + row_pass.word_sum)
+                with m.If(row_pass.word_valid):
+                    m.d.sync += draw_word.eq(draw_word + 1)
+                with m.If(row_pass.done):
+                    first = ((pick_bank << chunk_log2) | pick_word) << lane_bits
+                    m.d.sync += [lane_in.eq(0), lane_out.eq(0), found.eq(0),
+                                 token.eq(first), draw_base.eq(first)]
+                    m.next = "DRAW_READ"
+            with m.State("DRAW_READ"):
+                m.d.comb += reading_token.eq(1)
+                m.next = "DRAW_LANES"
+            with m.State("DRAW_LANES"):
+                # The word's tokens one per clock through the token lane, in token order.
+                m.d.comb += reading_token.eq(1)
+                issue = lane_in != p.port_logits
+                m.d.comb += token_valid.eq(issue & (token < req.vocab_size))
+                with m.If(issue):
+                    m.d.sync += [lane_in.eq(lane_in + 1), token.eq(token + 1)]
+                removed_delay = [Signal(name=f"draw_removed{i}")
+                                 for i in range(LogitLane.LATENCY)]
+                valid_delay = [Signal(name=f"draw_valid{i}") for i in range(LogitLane.LATENCY)]
+                m.d.sync += [removed_delay[0].eq(removed_bit), valid_delay[0].eq(issue)]
+                for i in range(1, LogitLane.LATENCY):
+                    m.d.sync += [removed_delay[i].eq(removed_delay[i - 1]),
+                                 valid_delay[i].eq(valid_delay[i - 1])]
+                counts = (token_lane.out_valid & (token_lane.mantissa != 0)
+                          & (token_lane.key >= key_filter) & ~removed_delay[-1])
+                share = Mux(counts, token_lane.term, 0)
+                with m.If(valid_delay[-1]):
+                    m.d.sync += lane_out.eq(lane_out + 1)
+                    with m.If(~found & (share != 0) & (cumulative + share > target)):
+                        m.d.sync += [found.eq(1), bonus.eq(draw_base + lane_out)]
+                    m.d.sync += cumulative.eq(cumulative + share)
+                with m.If(lane_out == p.port_logits):
+                    m.next = "EMIT"
+            with m.State("EMIT"):
+                m.d.comb += [result.valid.eq(1), result.payload.index.eq(pending_index),
+                             result.payload.token.eq(bonus), result.payload.last.eq(1),
+                             result.payload.first.eq(accepted == 0),
+                             result.payload.nan.eq(nan), result.payload.error.eq(error)]
+                with m.If(result.ready):
+                    m.d.sync += busy.eq(0)
+                    m.next = "IDLE"
+        return m
+
+
+#: The default V80 build: 32 HBM read ports of 512 bits carrying bfloat16 logits, 1,024 lanes
+#: (docs/tree_verify.md). Too large to simulate on two cores: its cycle figures come from the
+#: schedule formula, which equals the simulated cycles of smaller builds.
+V80_BUILD = {"max_nodes": 64, "max_steps": 8, "max_vocab_size": 131072, "read_ports": 32,
+             "port_bits": 512, "logit_format": "bfloat16"}
+
+
+def synthesis_parameters(**overrides) -> TreeVerifyParams:
+    """The record of ``python -m hw.synth tree_verify``: two ports of 256 bits (16 lanes)."""
+    return TreeVerifyParams(**{"max_vocab_size": 32768, **overrides})
+
+
+def synthesis_configuration(**overrides) -> TreeVerify:
+    return TreeVerify(**vars(synthesis_parameters(**overrides)))

@@ -1,0 +1,134 @@
+"""The fused verify's schedule: the cycles of one request as a formula of the build, the memory
+latency and the request's walk (docs/tree_verify.md, "Schedule").
+
+``request_cycles`` counts the clocks from the ``cmd`` transfer to the request's last
+``result`` beat (inclusive, as ``status.cycles`` reads the clock after it) without idle or
+back-pressure and with every read port answering each burst after a fixed ``latency``
+clocks. It follows the kernel's states one by one; the tests hold it equal to the simulated
+cycles, so the formula extends the measured builds to ones too large to simulate.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hw.kernels.tree_verify_loader import merge_latency
+from hw.kernels.tree_verify_params import TreeVerifyParams, chunk_words
+
+__all__ = ["Costs", "request_cycles", "call_cycles"]
+
+KEY_BITS = 35  # bit-serial threshold search: one pass per key bit
+_ONE = 0x3F80_0000
+
+
+@dataclass(frozen=True)
+class Costs:
+    """The clocks of the kernel's states for a build (constants of its sub-units)."""
+
+    params: TreeVerifyParams
+    latency: int  # the memory's fixed latency per burst
+
+    # Units (hw.lib.wide_divide, hw.lib.float32, hw.kernels.tree_verify_lane).
+    temperature: int = 30  # TemperatureScale.latency
+    ratio: int = 32  # RatioToFloat32.latency
+    add: int = 5  # Float32Add.latency
+    divide: int = 17  # Float32Divide(bits_per_stage=2).latency
+    lane: int = 7  # LogitLane.LATENCY
+
+    @property
+    def tree_levels(self) -> int:
+        return (self.params.lanes - 1).bit_length()
+
+    def words(self, vocab: int) -> tuple[int, int]:
+        """``(chunk, port 0's words)`` of a row of ``vocab`` logits."""
+        chunk = chunk_words(vocab, self.params)
+        row_words = -(-vocab // self.params.port_logits)
+        return chunk, min(chunk, row_words)
+
+    def load(self, vocab: int) -> int:
+        """ROW, LOADING (bursts out, the latency, port 0's words, the max pipeline, the merge)
+        and LOADED."""
+        p = self.params
+        _, first = self.words(vocab)
+        done_latency = 4 + (p.port_logits.bit_length() - 1)
+        return 1 + (first + self.latency + done_latency + merge_latency(p.read_ports) + 1) + 1
+
+    def pass_(self, words: int) -> int:
+        """A lane pass over ``words`` bank words: issue, lanes, adder tree, drain."""
+        return words + self.tree_levels + 11
+
+    def row(self, vocab: int, *, greedy: bool, top_k: bool, top_p: bool) -> int:
+        """One visited row up to its first decision (STEP included)."""
+        cycles = self.load(vocab) + 1  # + STEP
+        if greedy:
+            return cycles
+        chunk, _ = self.words(vocab)
+        one = self.pass_(chunk)
+        cycles += 6 + 1 + one + 1  # CONSTANTS, PASS_ALL, its pass, KEPT
+        if top_k:
+            cycles += KEY_BITS * (2 + one) + 1 + 1 + one  # SEARCH..., TOPK_PASS, its pass
+        if top_p:
+            cycles += 2 + KEY_BITS * (2 + one) + 1 + 1 + one  # TOP_P(_SHIFT), ..., FINAL
+        return cycles
+
+    def decision(self, *, greedy: bool, kept: bool, accepted: bool, divide: bool) -> int:
+        """One child: its node, its test, ACCEPT (and the accepted node's read) or REJECT."""
+        end = 3 if accepted else 1
+        if greedy:
+            return 2 + 1 + end
+        ratio = 1 + self.ratio if kept else 0
+        wait = self.add + 1 + (self.divide if divide else 0)
+        return 2 + 2 + self.lane + 1 + ratio + 1 + wait + end
+
+    def draw(self, vocab: int, bank: int, block: int) -> int:
+        """DRAW_BANK .. DRAW_LANES: banks up to ``bank``, its blocks up to ``block``, the
+        block's pass, the word's tokens through the token lane."""
+        p = self.params
+        chunk, _ = self.words(vocab)
+        return ((bank + 1) + (block + 2) + 1 + self.pass_(min(p.block_words, chunk)) + 1
+                + (p.port_logits + self.lane + 1))
+
+
+def _draw_place(costs: Costs, trace: dict, vocab: int):
+    """``(bank, block)`` the draw scans to, or None when it needs no scan (no residual mass
+    left, or a negative coin)."""
+    p = costs.params
+    distribution = trace["distribution"]
+    terms = np.where(distribution.kept, distribution.term, 0)
+    terms[list(trace["removed"])] = 0
+    coin = np.float32(trace["coin_final"])
+    if not terms.any() or (np.signbit(coin) and coin != 0):
+        return None
+    chunk, _ = costs.words(vocab)
+    word = trace["bonus"] // p.port_logits
+    bank, bank_word = divmod(word, chunk)
+    return bank, bank_word // p.block_words
+
+
+def request_cycles(costs: Costs, call, b: int, trace: dict) -> int:
+    """The cycles of request ``b`` of ``call`` (its golden ``trace``, see the module)."""
+    vocab, n = call.vocab_size, call.nodes
+    greedy = trace["greedy"]
+    top_k = call.top_k is not None and 0 < int(call.top_k[b]) < vocab
+    top_p = call.top_p is not None and np.float32(call.top_p[b]) < 1
+    threshold_acc = np.float32(max(np.float32(call.threshold_acc), np.float32(1e-9)))
+    divide = int(threshold_acc.view(np.uint32)) != _ONE
+    cycles = 1 + (n + 1) + 1 + 1 + (1 if greedy else costs.temperature - 1)
+    rows = 1 + sum(accepted for *_, accepted in trace["decisions"])
+    cycles += rows * costs.row(vocab, greedy=greedy, top_k=top_k, top_p=top_p)
+    cycles += sum(costs.decision(greedy=greedy, kept=kept, accepted=accepted, divide=divide)
+                  for _, _, kept, accepted in trace["decisions"])
+    cycles += 1  # FINAL
+    if not greedy:
+        cycles += 1  # DRAW
+        place = _draw_place(costs, trace, vocab)
+        if place is not None:
+            cycles += costs.draw(vocab, *place)
+    return cycles + 1  # EMIT
+
+
+def call_cycles(params: TreeVerifyParams, call, traces, *, latency: int) -> list[int]:
+    """``request_cycles`` of every request of ``call`` (``traces``: the golden's)."""
+    costs = Costs(params, latency)
+    return [request_cycles(costs, call, b, trace) for b, trace in enumerate(traces)]
+
