@@ -225,6 +225,29 @@ def test_selected_kernel_only(tmp_path, capsys, isolated):
         "not selected (--kernel)"}
 
 
+def test_keep_others_remeasures_one_kernel_and_keeps_the_other_rows(tmp_path, capsys,
+                                                                   isolated):
+    def measure(cycles):
+        return lambda point, **_: {"cycles": cycles + point["batch"], "bytes_in": 1,
+                                   "bytes_out": 1, "operations": 0}
+
+    isolated["score"] = _fake_target(measure(10))
+    isolated["work_deltas"] = _fake_target(measure(20))
+    assert run(capsys, "--out", str(tmp_path))[0] == 0
+    before = json.loads((tmp_path / "cycle_budget.json").read_text())
+    isolated["score"] = _fake_target(measure(30))
+    status, _, stderr = run(capsys, "--out", str(tmp_path), "--kernel", "score",
+                            "--keep-others")
+    assert status == 0, stderr
+    sheet = json.loads((tmp_path / "cycle_budget.json").read_text())
+    validate(sheet, "cycle_budget")
+    assert [r for r in sheet["rows"] if r["kernel"] == "work_deltas"] == \
+        [r for r in before["rows"] if r["kernel"] == "work_deltas"]
+    assert {r["cycles"] for r in sheet["rows"] if r["kernel"] == "score"} == {31, 38}
+    assert [r["kernel"] for r in sheet["rows"]] == [r["kernel"] for r in before["rows"]]
+    assert "not selected (--kernel)" not in {m["reason"] for m in sheet["not_measured"]}
+
+
 def test_unknown_kernel_is_an_argument_error(tmp_path, capsys, isolated):
     status, _, stderr = run(capsys, "--out", str(tmp_path), "--kernel", "sort")
     assert status == 2

@@ -35,7 +35,14 @@ from hw.lib.float32_divide import Float32Divide
 from hw.lib.lfsr import GaloisLFSR32
 from hw.lib.wide_divide import RatioToFloat32, TemperatureScale
 
-from .tree_verify_lane import GRID_BITS, KEY_BITS, SUM_BITS, LogitLane, align_magnitude
+from .tree_verify_lane import (
+    GRID_BITS,
+    KEY_BITS,
+    KEY_TOP,
+    SUM_BITS,
+    LogitLane,
+    align_magnitude,
+)
 from .tree_verify_loader import RowLoader, merge_latency, merge_peaks
 from .tree_verify_params import TreeVerifyParams
 from .tree_verify_row import RowPass, widen_logit
@@ -144,6 +151,8 @@ class TreeVerify(KernelComponent):
         threshold = Signal(32)
         peak_aligned = Signal(ALIGN_BITS)
         key_filter = Signal(KEY_BITS)
+        z_limit = Signal(KEY_BITS)  # key >= key_filter is z <= z_limit
+        m.d.sync += z_limit.eq(KEY_TOP - key_filter)
         m.d.comb += [
             row_pass.chunk.eq(chunk), row_pass.first_word.eq(0), row_pass.words.eq(chunk),
             row_pass.full_words.eq(req.vocab_size >> (p.port_logits.bit_length() - 1)),
@@ -493,7 +502,7 @@ class TreeVerify(KernelComponent):
                 m.d.comb += reading_token.eq(1)
                 m.d.sync += wait.eq(wait - 1)
                 with m.If(wait == 0):
-                    is_kept = (token_lane.mantissa != 0) & (token_lane.key >= key_filter)
+                    is_kept = token_lane.in_range & (token_lane.z <= z_limit)
                     m.d.sync += [kept.eq(is_kept), term.eq(token_lane.term), q.eq(0),
                                  mantissa.eq(token_lane.mantissa),
                                  exponent_shift.eq(token_lane.shift)]
@@ -640,8 +649,8 @@ class TreeVerify(KernelComponent):
                 for i in range(1, LogitLane.LATENCY):
                     m.d.sync += [removed_delay[i].eq(removed_delay[i - 1]),
                                  valid_delay[i].eq(valid_delay[i - 1])]
-                counts = (token_lane.out_valid & (token_lane.mantissa != 0)
-                          & (token_lane.key >= key_filter) & ~removed_delay[-1])
+                counts = (token_lane.out_valid & token_lane.in_range
+                          & (token_lane.z <= z_limit) & ~removed_delay[-1])
                 share = Mux(counts, token_lane.term, 0)
                 with m.If(valid_delay[-1]):
                     m.d.sync += lane_out.eq(lane_out + 1)

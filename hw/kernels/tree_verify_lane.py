@@ -1,5 +1,5 @@
 """One lane of the fused verify (docs/tree_verify.md): a logit to its fixed-point exponential,
-rank key and normaliser term, bit-exact with ``golden.logit_rows.lane_exponentials`` and
+rank and normaliser term, bit-exact with ``golden.logit_rows.lane_exponentials`` and
 ``normaliser_terms``.
 
 The lane takes one logit per clock while ``en`` is high and answers ``LATENCY`` enabled clocks
@@ -27,13 +27,13 @@ from golden.logit_rows import (
 from hw.lib.float32 import float32_fields
 from hw.lib.pipeline import stage
 
-__all__ = ["LogitLane", "SUM_BITS", "GRID_BITS", "KEY_BITS", "align_magnitude",
+__all__ = ["LogitLane", "SUM_BITS", "GRID_BITS", "KEY_BITS", "KEY_TOP", "align_magnitude",
            "synthesis_configuration"]
 
 GRID_BITS = 10  # signed width of the grid exponent L
 SUM_BITS = TERM_BITS + 1 + 24  # a row's sum: terms just over 2**48, up to 2**24 of them
 KEY_BITS = RANGE_BITS + 2  # keys lie in (2**33, 2**34] in range, 0 out of range
-_NEG_INF = 0xFF800000
+KEY_TOP = 1 << 34  # key = KEY_TOP - z: key >= f exactly when z <= KEY_TOP - f
 
 
 def _at_least(x, t):
@@ -75,20 +75,23 @@ class LogitLane(wiring.Component):
         A float32 logit (NaN read as ``-inf``).
     valid : In(1)
         Whether ``logit`` belongs to the row (a word's lanes past ``V`` do not).
+    in_range : Out(1)
+        Whether the token has an exponential (else ``e = 0``, and ``mantissa``, ``shift``,
+        ``term`` and ``z`` mean nothing), ``LATENCY`` enabled clocks after ``logit``.
     mantissa : Out(32)
-        ``E`` (0 when out of range), ``LATENCY`` enabled clocks after ``logit``.
+        ``E``.
     shift : Out(8)
         ``k`` (up to 128).
     term : Out(49)
         ``floor(e * 2**48)``.
-    key : Out(KEY_BITS)
-        The token's rank ``2**34 - z`` (``z = -y * 2**26``), 0 when out of range
+    z : Out(33)
+        ``z = -y * 2**26``: the token's rank key is ``KEY_TOP - z``
         (``golden.logit_rows.RowDistribution.key``).
     out_valid : Out(1)
         ``valid``, delayed like the results.
     """
 
-    LATENCY = 7
+    LATENCY = 8
 
     def __init__(self):
         super().__init__({
@@ -96,7 +99,7 @@ class LogitLane(wiring.Component):
             "peak_aligned": In(ALIGN_BITS), "scale": In(SCALE_BITS), "logit": In(32),
             "valid": In(1),
             "mantissa": Out(32), "shift": Out(8), "term": Out(TERM_BITS + 1),
-            "key": Out(KEY_BITS), "out_valid": Out(1),
+            "z": Out(RANGE_BITS), "in_range": Out(1), "out_valid": Out(1),
         })
 
     def elaborate(self, platform):
@@ -104,12 +107,13 @@ class LogitLane(wiring.Component):
         en = self.en
 
         # 1. Classify and measure the alignment shift. A finite logit equal to the peak gets
-        #    D = 0 from the arithmetic; only infinite ones need the comparison.
-        raw = float32_fields(self.logit)
-        x = Mux(raw.is_nan, _NEG_INF, self.logit)
-        fields, peak = float32_fields(x), float32_fields(self.peak)
-        equal = fields.is_inf & peak.is_inf & (fields.sign == peak.sign)
-        finite = ~fields.is_inf & ~peak.is_inf
+        #    D = 0 from the arithmetic; only infinite ones need the comparison. A NaN counts
+        #    as -inf: it equals a -inf peak and is otherwise out of range (no substitution in
+        #    front of the compare).
+        fields, peak = float32_fields(self.logit), float32_fields(self.peak)
+        equal = peak.is_inf & ((fields.is_inf & (fields.sign == peak.sign))
+                               | (fields.is_nan & peak.sign))
+        finite = ~fields.is_inf & ~fields.is_nan & ~peak.is_inf
         amount = fields.exponent_eff - 150 - self.grid  # signed
         s1 = {name: stage(m, en, value, name=f"s1_{name}") for name, value in {
             "mantissa": fields.mantissa, "sign": fields.sign, "amount": amount, "equal": equal,
@@ -122,22 +126,24 @@ class LogitLane(wiring.Component):
             "equal": s1["equal"], "keep": s1["keep"], "valid": s1["valid"]}.items()}
 
         # 3. |D| = peak - x on the grid (no wrap-around once the coarse check passed; one adder
-        #    for both signs of x), the range check |D| <= 2**33.
+        #    for both signs of x). A maximum equal to the logit gives 0 by itself: an infinite
+        #    maximum has peak_aligned 0 and an infinite logit aligns to 0.
         flip = Cat(*([~s2["sign"]] * ALIGN_BITS))  # A - a = A + ~a + 1 for a positive x
         distance = (self.peak_aligned + (s2["aligned"] ^ flip) + ~s2["sign"])[:ALIGN_BITS]
-        near = (distance[RANGE_BITS:] == 0) | (distance == 1 << RANGE_BITS)
-        in_range = s2["equal"] | (s2["keep"] & near)
-        distance = Mux(in_range & ~s2["equal"], distance, 0)[:RANGE_BITS + 1]
         s3 = {name: stage(m, en, value, name=f"s3_{name}") for name, value in {
-            "distance": distance, "in_range": in_range, "valid": s2["valid"]}.items()}
+            "distance": distance, "equal": s2["equal"], "keep": s2["keep"],
+            "valid": s2["valid"]}.items()}
 
-        # 4. -y = (|D| * C) >> 26, as two 17 x 26 products (one DSP each); the integer
-        #    part k, the fraction rounded to a table point i and the signed rest.
+        # 4. The range check |D| <= 2**33; -y = (|D| * C) >> 26, as two 17 x 26 products (one
+        #    DSP each; out of range they mean nothing); the integer part k, the fraction
+        #    rounded to a table point i and the signed rest.
+        distance = s3["distance"]
+        near = (distance[RANGE_BITS:] == 0) | (distance == 1 << RANGE_BITS)
         half = (RANGE_BITS + 2) // 2
-        low_product = stage(m, en, s3["distance"][:half] * self.scale, name="s4_low")
-        high_product = stage(m, en, s3["distance"][half:] * self.scale, name="s4_high")
-        s4 = {name: stage(m, en, s3[name], name=f"s4_{name}")
-              for name in ("in_range", "valid")}
+        low_product = stage(m, en, distance[:half] * self.scale, name="s4_low")
+        high_product = stage(m, en, distance[half:RANGE_BITS + 1] * self.scale, name="s4_high")
+        s4 = {name: stage(m, en, value, name=f"s4_{name}") for name, value in {
+            "in_range": s3["equal"] | (s3["keep"] & near), "valid": s3["valid"]}.items()}
         z = (low_product + (high_product << half)) >> Y_FRACTION_BITS
         fraction = z[:Y_FRACTION_BITS]
         low_bits = Y_FRACTION_BITS - TABLE_BITS
@@ -160,18 +166,22 @@ class LogitLane(wiring.Component):
         t = stage(m, en, read.data, name="s6_table")
         s6 = {name: stage(m, en, s5[name], name=f"s6_{name}")
               for name in ("shift", "z", "in_range", "valid")}
-        mantissa = Mux(s6["in_range"], t - (scaled >> 17), 0)[:32]
+        # (meaningless out of range: ``in_range`` low)
+        s7 = {name: stage(m, en, value, name=f"s7_{name}") for name, value in {
+            "mantissa": (t - (scaled >> 17))[:32], **{name: s6[name] for name in s6}}.items()}
 
-        # 6. The term floor(E * 2**(17 - k)) = (E << 17) >> k and the outputs.
-        k = s6["shift"]
-        term = (Cat(Const(0, TERM_BITS - MANTISSA_BITS), mantissa) >> k)[:TERM_BITS + 1]
+        # 6. The term floor(E * 2**(17 - k)) = (E << 17) >> k and the outputs; k > 48 leaves
+        #    no bit above 2**-48: a 6-bit shift and a zero case.
+        k = s7["shift"]
+        shifted = (Cat(Const(0, TERM_BITS - MANTISSA_BITS), s7["mantissa"]) >> k[:6])
+        term = Mux(k[6:].any(), 0, shifted)[:TERM_BITS + 1]
         m.d.comb += [
-            self.mantissa.eq(stage(m, en, mantissa, name="s7_mantissa")),
-            self.shift.eq(stage(m, en, k, name="s7_shift")),
-            self.term.eq(stage(m, en, term, name="s7_term")),
-            self.key.eq(stage(m, en, Mux(s6["in_range"], (1 << 34) - s6["z"], 0)[:KEY_BITS],
-                              name="s7_key")),
-            self.out_valid.eq(stage(m, en, s6["valid"], name="s7_valid")),
+            self.mantissa.eq(stage(m, en, s7["mantissa"], name="s8_mantissa")),
+            self.shift.eq(stage(m, en, k, name="s8_shift")),
+            self.term.eq(stage(m, en, term, name="s8_term")),
+            self.z.eq(stage(m, en, s7["z"], name="s8_z")),
+            self.in_range.eq(stage(m, en, s7["in_range"], name="s8_in_range")),
+            self.out_valid.eq(stage(m, en, s7["valid"], name="s8_valid")),
         ]
         return m
 

@@ -20,7 +20,7 @@ from amaranth.lib.wiring import In, Out
 
 from golden.logit_rows import ALIGN_BITS, SCALE_BITS
 
-from .tree_verify_lane import GRID_BITS, KEY_BITS, SUM_BITS, LogitLane
+from .tree_verify_lane import GRID_BITS, KEY_BITS, KEY_TOP, SUM_BITS, LogitLane
 from .tree_verify_params import TreeVerifyParams
 
 __all__ = ["RowPass", "sum_tree", "widen_logit"]
@@ -219,7 +219,10 @@ class RowPass(wiring.Component):
             m.d.sync += delayed.eq(done_index)
             done_index = delayed
 
-        counted = [unit.out_valid & (unit.mantissa != 0) & (unit.key >= self.filter)
+        # key >= filter is z <= KEY_TOP - filter (one subtraction a pass, none a lane).
+        z_limit = Signal(KEY_BITS)
+        m.d.sync += z_limit.eq(KEY_TOP - self.filter)
+        counted = [unit.out_valid & unit.in_range & (unit.z <= z_limit)
                    & ~(self.apply_removed & removed_bits[j]) for j, unit in enumerate(lanes)]
         terms = sum_tree(m, [Mux(c, unit.term, 0) for c, unit in zip(counted, lanes, strict=True)],
                          name="terms")

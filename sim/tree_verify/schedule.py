@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hw.kernels.tree_verify_lane import LogitLane
 from hw.kernels.tree_verify_loader import merge_latency
 from hw.kernels.tree_verify_params import TreeVerifyParams, chunk_words
 
@@ -33,7 +34,7 @@ class Costs:
     ratio: int = 32  # RatioToFloat32.latency
     add: int = 5  # Float32Add.latency
     divide: int = 17  # Float32Divide(bits_per_stage=2).latency
-    lane: int = 7  # LogitLane.LATENCY
+    lane: int = LogitLane.LATENCY
 
     @property
     def tree_levels(self) -> int:
@@ -55,7 +56,7 @@ class Costs:
 
     def pass_(self, words: int) -> int:
         """A lane pass over ``words`` bank words: issue, lanes, adder tree, drain."""
-        return words + self.tree_levels + 11
+        return words + self.tree_levels + self.lane + 4
 
     def row(self, vocab: int, *, greedy: bool, top_k: bool, top_p: bool) -> int:
         """One visited row up to its first decision (STEP included)."""
