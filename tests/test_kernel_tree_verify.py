@@ -23,11 +23,13 @@ from sim.amaranth_tb import simulate
 from sim.harness import BUILD_ROOT
 from sim.targets import NotMeasured
 from sim.tree_verify import PARAMETERS, TARGET
+from sim.tree_verify.call import Call
 from sim.tree_verify.cases import EXAMPLE_CASE
 from sim.tree_verify.generators import directed_calls, random_call, verify_step_call
 from sim.tree_verify.pysim import run_on_amaranth
-from sim.tree_verify.results import expected
+from sim.tree_verify.results import compare, expected
 from sim.tree_verify.schedule import call_cycles
+from sim.tree_verify.streams import outputs_from_dut
 
 F32 = np.float32
 
@@ -213,3 +215,41 @@ def test_schedule_formula_matches_the_simulated_cycles():
         want = expected(call)
         assert [s["cycles"] for s in report["status"]] == \
             call_cycles(kernel.params, call, want["traces"], latency=latency), call.name
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_link_cycle_ends_the_request_with_error(temperature):
+    """A sibling cycle (node 1 is its own next sibling; the golden refuses such a call) ends
+    the request after ``n`` rejected tries with ``error`` on its last beat, and the next
+    request runs normally."""
+    links = np.array([[1, -1, -1]]), np.array([[-1, 1, -1]])
+    logits = np.zeros((1, 3, 8), F32)
+    logits[0, :, 0] = 5.0  # token 0 is the argmax; the child's token 3 is rejected
+    broken = Call("cycle", "sampling", np.array([[0, 3, 4]]), np.arange(3)[None], *links, 3,
+                  logits, np.array([temperature], F32),
+                  uniform_samples=np.full((1, 3), 0.5, F32),
+                  uniform_samples_for_final_sampling=np.array([0.5], F32),
+                  threshold_single=2.0 ** 100, threshold_acc=2.0 ** 100,
+                  logit_format="bfloat16")
+    kernel = TreeVerify(**SMALL)
+    report = run_on_amaranth(kernel, [broken], check=False)
+    (packet,) = report["packets"][0]
+    assert [beat["error"] for beat in packet] == [0] * (len(packet) - 1) + [1]
+    rng = np.random.default_rng(9)
+    healthy = random_call(rng, max_nodes=6, max_steps=3, max_vocab=30, batch=1,
+                          logit_format="bfloat16")
+    report = run_on_amaranth(kernel, [broken, healthy], check=False)
+    assert not compare(healthy, expected(healthy),
+                       outputs_from_dut(healthy, report["packets"][1]))
+
+
+def test_top_k_one_searches_past_the_largest_key():
+    """``top_k = 1`` (and ties at the maximum): the search tries filters above every key, which
+    must count nothing (a kernel that wrapped ``2**34 - filter`` kept every token)."""
+    calls = [call for call in directed_calls(max_nodes=SMALL["max_nodes"],
+                                             max_steps=SMALL["max_steps"],
+                                             max_vocab=SMALL["max_vocab_size"],
+                                             logit_format="bfloat16")
+             if call.name == "top_k = 1"]
+    assert calls
+    run_on_amaranth(TreeVerify(**SMALL), calls)

@@ -151,7 +151,7 @@ class TreeVerify(KernelComponent):
         threshold = Signal(32)
         peak_aligned = Signal(ALIGN_BITS)
         key_filter = Signal(KEY_BITS)
-        z_limit = Signal(KEY_BITS)  # key >= key_filter is z <= z_limit
+        z_limit = Signal(signed(KEY_BITS + 1))  # key >= key_filter is z <= z_limit
         m.d.sync += z_limit.eq(KEY_TOP - key_filter)
         m.d.comb += [
             row_pass.chunk.eq(chunk), row_pass.first_word.eq(0), row_pass.words.eq(chunk),

@@ -219,8 +219,9 @@ class RowPass(wiring.Component):
             m.d.sync += delayed.eq(done_index)
             done_index = delayed
 
-        # key >= filter is z <= KEY_TOP - filter (one subtraction a pass, none a lane).
-        z_limit = Signal(KEY_BITS)
+        # key >= filter is z <= KEY_TOP - filter (one subtraction a pass, none a lane;
+        # negative, so nothing counts, for a filter above every key).
+        z_limit = Signal(signed(KEY_BITS + 1))
         m.d.sync += z_limit.eq(KEY_TOP - self.filter)
         counted = [unit.out_valid & unit.in_range & (unit.z <= z_limit)
                    & ~(self.apply_removed & removed_bits[j]) for j, unit in enumerate(lanes)]
