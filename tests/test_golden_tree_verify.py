@@ -357,6 +357,7 @@ def test_empty_batch_and_width_one():
     ({"threshold_acc": 2.0}, "threshold_acc"),
     ({"nan_flags": np.zeros(3, bool)}, "nan_flags"),
     ({"rows_read": ()}, "`rows_read` must be a list"),
+    ({"traces": {}}, "`traces` must be a list"),
 ])
 def test_invalid_arguments_raise_before_any_write(change, match):
     case = make_case(np.random.default_rng(17), 2, 4, 3, 8)

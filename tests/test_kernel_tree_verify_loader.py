@@ -5,11 +5,10 @@ against an AXI-style read slave model and numpy: bursts, bank contents, maximum,
 import numpy as np
 import pytest
 from amaranth.hdl import Module
-from amaranth.sim import Simulator
 
 from hw.kernels.tree_verify_loader import RowLoader, merge_latency, merge_peaks
 from hw.lib.params import ParameterError, ParameterTypeError
-from sim.tree_verify.pysim import ReadSlave
+from sim.tree_verify.pysim import ReadSlave, simulate_with_slaves
 
 NEG_INF = 0xFF80_0000
 NANS = {32: [0x7FC0_0000, 0xFFC0_0000, 0x7F80_0001, 0xFFFF_FFFF],
@@ -77,15 +76,6 @@ def store(memory, address, lanes, logit_bits, port_bits):
 
 
 # -- the AXI-style read slave ----------------------------------------------------------------
-
-def simulate_with_slaves(dut, slaves, controller):
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    for slave in slaves:
-        sim.add_testbench(slave.run, background=True)
-    sim.add_testbench(controller)
-    sim.run()
-
 
 async def start_chunk(ctx, loader, chunk):
     for name in ("address", "words", "first_token", "vocab"):

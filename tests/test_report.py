@@ -248,6 +248,16 @@ def test_keep_others_remeasures_one_kernel_and_keeps_the_other_rows(tmp_path, ca
     assert "not selected (--kernel)" not in {m["reason"] for m in sheet["not_measured"]}
 
 
+def test_keep_others_without_a_sheet_fails_naming_it(tmp_path, capsys, isolated):
+    isolated["score"] = _fake_target(lambda point, **_: {"cycles": 1, "bytes_in": 1,
+                                                         "bytes_out": 1, "operations": 0})
+    status, _, stderr = run(capsys, "--out", str(tmp_path), "--kernel", "score",
+                            "--keep-others")
+    assert status != 0
+    assert f"--keep-others needs the existing sheet {tmp_path / 'cycle_budget.json'}" in stderr
+    assert not (tmp_path / "cycle_budget.json").exists()
+
+
 def test_unknown_kernel_is_an_argument_error(tmp_path, capsys, isolated):
     status, _, stderr = run(capsys, "--out", str(tmp_path), "--kernel", "sort")
     assert status == 2

@@ -18,7 +18,7 @@ from .memory import MemoryImage
 from .results import compare, expected
 from .streams import beats, feeds, outputs_from_dut
 
-__all__ = ["ReadSlave", "run_on_amaranth"]
+__all__ = ["ReadSlave", "run_on_amaranth", "simulate_with_slaves"]
 
 
 class ReadSlave:
@@ -149,10 +149,16 @@ def run_on_amaranth(kernel, calls, *, idle=0.0, backpressure=0.0, latency=(1, 1)
                 f"{memory.read_words(want['rows_read'])}"
             report["beats"] += read
 
-    sim = Simulator(kernel)
+    simulate_with_slaves(kernel, slaves, bench)
+    return report
+
+
+def simulate_with_slaves(dut, slaves, bench) -> None:
+    """Run the testbench ``bench`` on ``dut`` with every ``ReadSlave`` answering in the
+    background."""
+    sim = Simulator(dut)
     sim.add_clock(1e-8)
     for slave in slaves:
         sim.add_testbench(slave.run, background=True)
     sim.add_testbench(bench)
     sim.run()
-    return report

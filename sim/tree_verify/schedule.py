@@ -12,13 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hw.kernels.tree_verify_lane import LogitLane
+from hw.kernels.tree_verify_lane import KEY_BITS, LogitLane
 from hw.kernels.tree_verify_loader import merge_latency
 from hw.kernels.tree_verify_params import TreeVerifyParams, chunk_words
 
 __all__ = ["Costs", "request_cycles", "call_cycles"]
 
-KEY_BITS = 35  # bit-serial threshold search: one pass per key bit
 _ONE = 0x3F80_0000
 
 
