@@ -27,8 +27,8 @@ from golden.logit_rows import (
 from hw.lib.float32 import float32_fields
 from hw.lib.pipeline import stage
 
-__all__ = ["LogitLane", "SUM_BITS", "GRID_BITS", "KEY_BITS", "KEY_TOP", "align_magnitude",
-           "synthesis_configuration"]
+__all__ = ["LogitLane", "LaneShare", "counted_term", "SUM_BITS", "GRID_BITS", "KEY_BITS",
+           "KEY_TOP", "align_magnitude", "synthesis_configuration"]
 
 GRID_BITS = 10  # signed width of the grid exponent L
 SUM_BITS = TERM_BITS + 1 + 24  # a row's sum: terms just over 2**48, up to 2**24 of them
@@ -36,14 +36,13 @@ KEY_BITS = RANGE_BITS + 2  # keys lie in (2**33, 2**34] in range, 0 out of range
 KEY_TOP = 1 << 34  # key = KEY_TOP - z: key >= f exactly when z <= KEY_TOP - f
 
 
-def _at_least(x, t):
-    """``x >= t`` of decoded float32 values (``x`` not NaN; false when ``t`` is NaN) from one
-    magnitude comparison, without order keys."""
-    greater_or_equal = x.magnitude >= t.magnitude
-    equal = x.magnitude == t.magnitude
-    same_sign = Mux(x.sign, ~greater_or_equal | equal, greater_or_equal)
-    other_sign = ~x.sign | (x.is_zero & t.is_zero)
-    return ~t.is_nan & Mux(x.sign == t.sign, same_sign, other_sign)
+def _at_least(x_sign, greater_or_equal, equal, t):
+    """``x >= t`` of float32 values (``x`` not NaN; false when ``t`` is NaN) from the sign of
+    ``x`` and the comparison of the magnitudes (``|x| >= |t|``, ``|x| == |t|``, computed a stage
+    earlier), without order keys; ``t`` is decoded."""
+    same_sign = Mux(x_sign, ~greater_or_equal | equal, greater_or_equal)
+    other_sign = ~x_sign | (equal & t.is_zero)  # equal to a zero: both zeros
+    return ~t.is_nan & Mux(x_sign == t.sign, same_sign, other_sign)
 
 
 def align_magnitude(mantissa, amount):
@@ -110,20 +109,25 @@ class LogitLane(wiring.Component):
         #    D = 0 from the arithmetic; only infinite ones need the comparison. A NaN counts
         #    as -inf: it equals a -inf peak and is otherwise out of range (no substitution in
         #    front of the compare).
+        #    The coarse check x >= threshold compares the magnitudes here and the signs in
+        #    stage 2 (the threshold is static).
         fields, peak = float32_fields(self.logit), float32_fields(self.peak)
+        threshold = float32_fields(self.threshold)
         equal = peak.is_inf & ((fields.is_inf & (fields.sign == peak.sign))
                                | (fields.is_nan & peak.sign))
         finite = ~fields.is_inf & ~fields.is_nan & ~peak.is_inf
         amount = fields.exponent_eff - 150 - self.grid  # signed
         s1 = {name: stage(m, en, value, name=f"s1_{name}") for name, value in {
             "mantissa": fields.mantissa, "sign": fields.sign, "amount": amount, "equal": equal,
-            "keep": _at_least(fields, float32_fields(self.threshold)) & finite,
+            "at_least": fields.magnitude >= threshold.magnitude,
+            "same": fields.magnitude == threshold.magnitude, "finite": finite,
             "valid": self.valid}.items()}
 
         # 2. |x| / 2**L, truncated, modulo 2**40.
+        keep = s1["finite"] & _at_least(s1["sign"], s1["at_least"], s1["same"], threshold)
         s2 = {name: stage(m, en, value, name=f"s2_{name}") for name, value in {
             "aligned": align_magnitude(s1["mantissa"], s1["amount"]), "sign": s1["sign"],
-            "equal": s1["equal"], "keep": s1["keep"], "valid": s1["valid"]}.items()}
+            "equal": s1["equal"], "keep": keep, "valid": s1["valid"]}.items()}
 
         # 3. |D| = peak - x on the grid (no wrap-around once the coarse check passed; one adder
         #    for both signs of x). A maximum equal to the logit gives 0 by itself: an infinite
@@ -186,6 +190,62 @@ class LogitLane(wiring.Component):
         return m
 
 
-def synthesis_configuration() -> LogitLane:
-    """One lane, for ``python -m hw.synth tree_verify_lane`` (it has no build parameters)."""
-    return LogitLane()
+def counted_term(lane: LogitLane, z_limit, removed, apply_removed):
+    """Whether a row pass counts ``lane``'s token (valid, in range, key at least the filter:
+    ``z <= z_limit``, not removed when ``apply_removed``) and its term masked by that."""
+    counted = (lane.out_valid & lane.in_range & (lane.z <= z_limit)
+               & ~(apply_removed & removed))
+    return counted, Mux(counted, lane.term, 0)
+
+
+class LaneShare(wiring.Component):
+    """One lane with its share of the row pass's accumulation, for the lane's resource
+    estimate: the ``LogitLane``, the count decision and masked term of ``counted_term``, the
+    term's register at the foot of the word's adder tree and one adder of the tree (``n`` lanes
+    have ``n - 1`` adders, of mean width ``TREE_SUM_BITS`` for large ``n``) with one of the
+    count tree's.
+
+    Members
+    -------
+    LogitLane's inputs
+        Passed through.
+    z_limit : In(signed(KEY_BITS + 1)), removed : In(1), apply_removed : In(1)
+        As ``counted_term``.
+    partial, partial_count : In
+        The other operand of the lane's tree adders.
+    sum, count : Out
+        The adders' registered outputs.
+    """
+
+    TREE_SUM_BITS = TERM_BITS + 1 + 2  # sum over levels l >= 1 of (49 + l) / 2**l
+    TREE_COUNT_BITS = 3
+
+    def __init__(self):
+        self._lane = LogitLane()
+        inputs = {name: In(member.shape) for name, member in self._lane.signature.members.items()
+                  if member.flow == wiring.In}
+        super().__init__({
+            **inputs, "z_limit": In(signed(KEY_BITS + 1)), "removed": In(1),
+            "apply_removed": In(1), "partial": In(self.TREE_SUM_BITS),
+            "partial_count": In(self.TREE_COUNT_BITS),
+            "sum": Out(self.TREE_SUM_BITS), "count": Out(self.TREE_COUNT_BITS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.lane = lane = self._lane
+        m.d.comb += [getattr(lane, name).eq(getattr(self, name))
+                     for name, member in lane.signature.members.items()
+                     if member.flow == wiring.In]
+        counted, term = counted_term(lane, self.z_limit, self.removed, self.apply_removed)
+        registered_term = stage(m, 1, term, name="tree_term")
+        registered_count = stage(m, 1, counted, name="tree_counted")
+        m.d.sync += [self.sum.eq(self.partial + registered_term),
+                     self.count.eq(self.partial_count + registered_count)]
+        return m
+
+
+def synthesis_configuration() -> LaneShare:
+    """One lane with its share of the accumulation, for ``python -m hw.synth
+    tree_verify_lane`` (it has no build parameters)."""
+    return LaneShare()

@@ -20,7 +20,7 @@ from amaranth.lib.wiring import In, Out
 
 from golden.logit_rows import ALIGN_BITS, SCALE_BITS
 
-from .tree_verify_lane import GRID_BITS, KEY_BITS, KEY_TOP, SUM_BITS, LogitLane
+from .tree_verify_lane import GRID_BITS, KEY_BITS, KEY_TOP, SUM_BITS, LogitLane, counted_term
 from .tree_verify_params import TreeVerifyParams
 
 __all__ = ["RowPass", "sum_tree", "widen_logit"]
@@ -223,11 +223,10 @@ class RowPass(wiring.Component):
         # negative, so nothing counts, for a filter above every key).
         z_limit = Signal(signed(KEY_BITS + 1))
         m.d.sync += z_limit.eq(KEY_TOP - self.filter)
-        counted = [unit.out_valid & unit.in_range & (unit.z <= z_limit)
-                   & ~(self.apply_removed & removed_bits[j]) for j, unit in enumerate(lanes)]
-        terms = sum_tree(m, [Mux(c, unit.term, 0) for c, unit in zip(counted, lanes, strict=True)],
-                         name="terms")
-        counts = sum_tree(m, counted, name="counts")
+        counted, masked = zip(*(counted_term(unit, z_limit, removed_bits[j], self.apply_removed)
+                                for j, unit in enumerate(lanes)), strict=True)
+        terms = sum_tree(m, list(masked), name="terms")
+        counts = sum_tree(m, list(counted), name="counts")
         words = [word_done]
         for level in range(self.total_levels + 1):
             delayed = Signal(name=f"word_l{level}")
