@@ -274,8 +274,9 @@ def _draw(sampler, frontier, config):
     return sample, sample.hidden_states
 
 
-def _run_depth(config, state, frontier, input_count, mask, sampler, hot_token_id):
-    """Run K1, K2, K3 and the width policy for one depth; return its :class:`DepthRecord`."""
+def _run_depth(config, state, frontier, input_count, mask, sampler, hot_token_id, width=None):
+    """Run K1, K2, K3 and the width policy for one depth; return its :class:`DepthRecord`.
+    ``width`` (checked by the caller), when given, replaces the policy's next width."""
     b, k = config.batch_size, config.node_top_k
     w = frontier.node_ids.shape[1]
     n = w * k
@@ -317,7 +318,7 @@ def _run_depth(config, state, frontier, input_count, mask, sampler, hot_token_id
         frontier=frontier, sample=sample, input_tree_mask=mask, topk_tokens=tokens,
         output_scores=state.output_scores.copy(), output_tokens=state.output_tokens.copy(),
         output_tree_mask=state.output_tree_mask.copy(), work_deltas=work_deltas,
-        next_tree_width=min(policy, config.max_tree_width), **k1,
+        next_tree_width=min(policy, config.max_tree_width) if width is None else width, **k1,
     )
 
 
@@ -352,7 +353,27 @@ def _next_frontier(record, input_count):
     return frontier, mask, input_count + width
 
 
-def draft_round(config, sampler, root_tokens, *, root_hidden_states=None, hot_token_id=None):
+def check_widths(widths, config) -> list[int] | None:
+    """``widths`` as a list of ints, each ``0 .. max_tree_width`` (``None`` stays ``None``);
+    raises ``ValueError`` naming ``widths``."""
+    if widths is None:
+        return None
+    if isinstance(widths, str | bytes) or not hasattr(widths, "__len__"):
+        raise ValueError(f"`widths` must be a sequence of integers, not {widths!r}")
+    return [check_int(f"widths[{i}]", w, 0, config.max_tree_width, hi_name="`max_tree_width`")
+            for i, w in enumerate(widths)]
+
+
+def forced_width(widths, depth) -> int | None:
+    """The width ``widths`` forces on the depth after depth label ``depth`` (``None``: the
+    policy decides); the round stops (width 0) where the sequence ends."""
+    if widths is None:
+        return None
+    return widths[depth - 1] if depth - 1 < len(widths) else 0
+
+
+def draft_round(config, sampler, root_tokens, *, root_hidden_states=None, hot_token_id=None,
+                widths=None):
     """Run one draft round (§4) and return a :class:`DraftRoundResult`.
 
     Parameters:
@@ -365,6 +386,10 @@ def draft_round(config, sampler, root_tokens, *, root_hidden_states=None, hot_to
             (zeros if omitted).
         hot_token_id: optional i64 [V_hot]; when given, K1 remaps the sampled draft-vocab ids
             through it (``use_hot_token_id = True``) and the tree stores target-vocab ids.
+        widths: optional sequence of ints in ``0 .. max_tree_width``: ``widths[i]`` replaces
+            the width policy's choice for depth label ``i + 2`` (a serving system's static
+            tree shape); the round stops where the sequence ends (as at a width of 0). The
+            stop rules of the module docstring apply unchanged.
 
     Conventions (depth labels, the raw first layer, tree mask, stop rules) are in the module
     docstring. Raises ``ValueError`` for invalid arguments or a malformed sampler answer.
@@ -374,6 +399,7 @@ def draft_round(config, sampler, root_tokens, *, root_hidden_states=None, hot_to
     if root_hidden_states is None:
         root_hidden_states = np.zeros((b, 1, h), np.float32)
     _check_array("root_hidden_states", root_hidden_states, (b, 1, h), np.float32)
+    widths = check_widths(widths, config)
     state = _initial_state(config, root_tokens)
     frontier = Frontier(
         depth=1,
@@ -386,7 +412,8 @@ def draft_round(config, sampler, root_tokens, *, root_hidden_states=None, hot_to
     mask_nodes = np.zeros((b, 0), np.int64)
     records = []
     while True:
-        record = _run_depth(config, state, frontier, input_count, mask, sampler, hot_token_id)
+        record = _run_depth(config, state, frontier, input_count, mask, sampler, hot_token_id,
+                            forced_width(widths, frontier.depth))
         records.append(record)
         stop = _stop_reason(config, record, state.cumu_count, input_count)
         if stop:

@@ -249,6 +249,32 @@ def test_max_tree_width_caps_the_policy():
     assert all(d.next_tree_width == 2 for d in r.depths)
 
 
+def test_widths_replace_the_policy_and_end_the_round():
+    cfg = config(node_top_k=4, max_tree_width=4, hidden_size=0, depths=6, cost_per_node=10.0)
+    r = draft_round(cfg, synthetic_sampler(9, 100, 4), np.array([0, 0], np.int64),
+                    widths=[3, 1, 4])
+    # cost_per_node = 10 would stop after depth 1; the widths keep the round going
+    assert [d.tree_width for d in r.depths] == [1, 3, 1, 4]
+    assert [d.next_tree_width for d in r.depths] == [3, 1, 4, 0]
+    assert r.stop_reason == "width_zero" and r.cumu_count == 1 + 4 * (1 + 3 + 1 + 4)
+    stopped = draft_round(cfg, synthetic_sampler(9, 100, 4), np.array([0, 0], np.int64),
+                          widths=[2, 0, 4])
+    assert [d.tree_width for d in stopped.depths] == [1, 2]
+
+
+@pytest.mark.parametrize(("widths", "message"), [
+    ([1, 5], "`widths\\[1\\]` must be between 0 and `max_tree_width`, not 5"),
+    ([-1], "`widths\\[0\\]` must be between 0 and `max_tree_width`, not -1"),
+    ([1.5], "`widths\\[0\\]` must be an integer, not 1.5"),
+    (3, "`widths` must be a sequence of integers, not 3"),
+])
+def test_widths_are_checked(widths, message):
+    cfg = config(node_top_k=4, max_tree_width=4, hidden_size=0)
+    with pytest.raises(ValueError, match=message):
+        draft_round(cfg, synthetic_sampler(9, 100, 4), np.array([0, 0], np.int64),
+                    widths=widths)
+
+
 # --- sampler and validation -----------------------------------------------------------------
 
 
