@@ -23,6 +23,7 @@ from hw.kernels.score import (
 from hw.kernels.score_sort import ScoreSortParams, ScoreSortPipeline
 from hw.kernels.token_remap import HotTokenRemap, TokenRemapParams
 from hw.lib.bitonic import BitonicSorter, bitonic_stages
+from hw.lib.float32 import Float32Multiply
 from hw.lib.params import ParameterError
 from sim.amaranth_tb import simulate
 from sim.harness import BUILD_ROOT
@@ -96,10 +97,11 @@ def test_parameter_records_and_layouts():
     assert (params.node_top_k, params.max_tree_width, params.sort_width, params.count_width,
             params.hot_vocab_size, params.remap_lanes, params.element_width,
             params.hidden_lanes, params.max_candidates) == (10, 6, 64, 32, 100, 3, 16, 4, 60)
-    assert params.score_latency == 4 + 21 + 1 + 1
+    assert params.score_latency == Float32Multiply.latency + 21 + 1 + 1
     with pytest.raises(AttributeError):
         params.node_top_k = 4
-    assert ScoreSortParams(node_top_k=10, max_tree_width=10, sort_width=128).latency == 33
+    assert ScoreSortParams(node_top_k=10, max_tree_width=10,
+                           sort_width=128).latency == Float32Multiply.latency + 28 + 1
     assert params.request_layout.size == 60 * 32 + 6 * 32 + 3 + 32 + 2
     assert params.table_layout.size == 7 + 32 and params.hidden_word_layout.size == 64
     assert set(params.ports) == {"requests", "results", "tokens", "remapped_tokens",

@@ -19,6 +19,7 @@ from hw.kernels.update_state import (
     UpdateStateParams,
     synthesis_parameters,
 )
+from hw.lib.float32 import Float32Multiply
 from sim.harness import BUILD_ROOT
 from sim.payload import pack
 from sim.targets import NotMeasured
@@ -165,7 +166,8 @@ def test_back_to_back_requests_chain_on_every_slot():
 
 def test_cycles_per_request_on_amaranth_simulator():
     """Without idle input or back-pressure a request takes (first beat offered to ``done``
-    accepted) at most ``5 + max(N + W, N + 3, ws0 + K + 1, ws1 + 3)`` cycles."""
+    accepted) at most ``5 + max(N + W, N + L - 1, ws0 + K + 1, ws1 + 3)`` cycles, ``L`` the
+    multiply's latency."""
     p = params_from({**SMALL, "max_node_count": 40, "max_verify_num": 10})
     rng = np.random.default_rng(3)
     combos = [(w, c, v) for w in (1, 2) for c in (0, 5, 30) for v in (1, 6, 10)]
@@ -174,7 +176,7 @@ def test_cycles_per_request_on_amaranth_simulator():
     results = run_steps(p, [("requests", [(0, r)]) for r in requests])
     for (w, c, v), (_, cycles) in zip(combos, results, strict=True):
         n, ws0, ws1 = 3 * w, min(v, c), min(v, c + 3 * w)
-        bound = 5 + max(n + w, n + 3, ws0 + 3 + 1, ws1 + 3)
+        bound = 5 + max(n + w, n + Float32Multiply.latency - 1, ws0 + 3 + 1, ws1 + 3)
         assert bound - 1 <= cycles <= bound, (w, c, v, cycles, bound)
 
 

@@ -46,6 +46,26 @@ def test_corner_pairs_on_amaranth_simulator(operation):
     assert mismatches(operation, reference(operation, a, b), actual).size == 0
 
 
+def test_multiply_near_the_normal_boundary():
+    """Products of a subnormal and a normal operand whose result lies around 2**-126: the
+    multiply picks its normalisation from the position of the product's leading one (two
+    candidates), which decides normal against subnormal here."""
+    rng = np.random.default_rng(11)
+    count = 3000
+    subnormal = rng.integers(1, 1 << 23, count, dtype=np.uint32)  # exponent field 0
+    # |a * b| near 2**-126 needs b near 2**-126 / a: exponent field 127 + 23 - log2(mantissa)
+    shift = 31 - np.array([int(x).bit_length() for x in subnormal], dtype=np.int64)
+    exponent = np.clip(126 + shift - 8 + rng.integers(-2, 3, count), 1, 254).astype(np.uint32)
+    normal = (exponent << 23) | rng.integers(0, 1 << 23, count, dtype=np.uint32)
+    normal |= rng.integers(0, 2, count, dtype=np.uint32) << 31
+    a, b = np.concatenate([subnormal, normal]), np.concatenate([normal, subnormal])
+    products = np.abs(a.view(np.float32) * b.view(np.float32))
+    tiny = np.finfo(np.float32).tiny
+    assert (products < tiny).sum() > count // 4 and (products >= tiny).sum() > count // 4
+    actual = run_core("mul", a, b)
+    assert mismatches("mul", reference("mul", a, b), actual).size == 0
+
+
 @pytest.mark.parametrize("operation", ["mul", "add"])
 def test_truncating_core_is_caught(operation, monkeypatch):
     """The vectors must expose a core that truncates instead of rounding to nearest even."""

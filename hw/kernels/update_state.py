@@ -8,7 +8,8 @@ applied in place exactly as §3 says (bit-exact with ``golden.update_cumu_draft_
 partial update on node-budget overflow), and is acknowledged on ``done``. A host port loads
 and dumps every state buffer element by element. Storage, engine schedule, write order and
 cycle figures: docs/decisions.md, "K2 hardware". A request takes
-``4..5 + max(N + W, N + 3, ws0 + K + 1, ws1 + 3)`` cycles without idle or back-pressure.
+``4..5 + max(N + W, N + 5, ws0 + K + 1, ws1 + 3)`` cycles without idle or back-pressure
+(``N + 5``: the last append leaves ``Float32Multiply``'s 6-clock pipeline).
 
 Host port protocol: every command on ``host_cmd`` is answered by exactly one ``host_rsp`` in
 order (a write's answer is all zeros; so is a read outside the buffer or of a slot

@@ -13,7 +13,7 @@ whole pipeline (see ``hw.lib.pipeline``).
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Module, Mux, Value
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Value, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -132,17 +132,50 @@ def _round_to_nearest_even(exponent_field: Value, significand: Value, guard: Val
     return (truncated + round_up)[:31]
 
 
+_GROUP_BITS = 6  # leading-zero counts in groups of 6 bits: one LUT per output bit
+
+
+def _leading_zero_groups(value: Value, offset: int = 0, sign: int = 1) -> Value:
+    """First half of ``offset + sign * z``, ``z`` the leading zeros of ``value`` (at most 31
+    bits): per group of 6 bits from the top (the last may be shorter), whether it holds a
+    one and the result if the first one is in it (a table lookup: no adder), as one value
+    for a register (7 bits a group)."""
+    fields = []
+    for top in range(len(value), 0, -_GROUP_BITS):
+        bottom = max(top - _GROUP_BITS, 0)
+        above = len(value) - top  # zeros above the group
+        table = Array(Const(offset + sign * (above + top - bottom - v.bit_length()), signed(6))
+                      for v in range(1 << (top - bottom)))
+        fields += [table[value[bottom:top]][:6], value[bottom:top].any()]
+    return Cat(*fields)
+
+
+def _leading_zeros_from_groups(groups: Value, width: int, offset: int = 0,
+                               sign: int = 1) -> Value:
+    """Second half: ``offset + sign * z`` (a signed 6-bit value) for a ``width``-bit value
+    from its groups' summary, a priority selection (no adder); zero has ``z = width``."""
+    result = Const(offset + sign * width, signed(6))
+    for k in reversed(range(len(groups) // 7)):  # the first group with a one wins
+        result = Mux(groups[7 * k + 6], groups[7 * k:7 * k + 6].as_signed(), result)
+    return result
+
+
 class Float32Multiply(wiring.Component):
     """Pipelined float32 multiply, bit-exact with numpy ``float32`` multiplication.
 
-    Stages: (1) decode, special cases, exponent sum; (2) 24x24-bit significand product (maps
-    to DSP slices); (3) normalisation: leading-zero count and shift, or the right shift into
-    the subnormal range; (4) round to nearest even.
+    Stages: (1) decode, special cases, exponent sum, the significands' leading zeros; (2) the
+    24x24-bit significand product as two DSP slices' partial products and, beside them, the
+    exponent arithmetic; (3) their sum; (4) the normalisation amounts for both possible
+    positions of the product's leading one, and that position (one bit of the product) picks
+    one set; (5) the normalisation shift: left to bit 47, or right into the subnormal range
+    (its lost bits known from stage 4); (6) round to nearest even.
+    Every stage fits the 300 MHz rule of docs/timing.md (the leading-zero count of the
+    product, its exponent arithmetic and both shifts were once one stage of 20 LUT levels).
 
     Attributes
     ----------
     latency : int
-        Clocks from an operand pair to its product: 4.
+        Clocks from an operand pair to its product: 6.
 
     Members
     -------
@@ -154,7 +187,7 @@ class Float32Multiply(wiring.Component):
         ``a * b``, rounded to nearest even; canonical NaN for NaN operands and ``inf * 0``.
     """
 
-    latency = 4
+    latency = 6
 
     def __init__(self):
         super().__init__({
@@ -169,55 +202,102 @@ class Float32Multiply(wiring.Component):
         en = self.en
         a, b = float32_fields(self.a), float32_fields(self.b)
 
-        # Stage 1: special operands resolve the result on their own.
+        # Stage 1: special operands resolve the result on their own. A significand with
+        # ``z`` leading zeros (of 24) has its leading one at bit 23 - z, so the product of
+        # two nonzero ones has it at bit 47 - lz or 46 - lz, lz = z_a + z_b.
         is_nan = a.is_nan | b.is_nan | (a.is_inf & b.is_zero) | (b.is_inf & a.is_zero)
         is_inf = a.is_inf | b.is_inf
-        sign = a.sign ^ b.sign
-        special_value = Mux(is_nan, CANONICAL_NAN,
-                            Cat(Mux(is_inf, POSITIVE_INFINITY, 0)[:31], sign))
-        s1_sign = stage(m, en, sign, name="s1_sign")
-        s1_special = stage(m, en, is_nan | is_inf | a.is_zero | b.is_zero, name="s1_special")
-        s1_special_value = stage(m, en, special_value, name="s1_special_value")
-        s1_exponent_sum = stage(m, en, a.exponent_eff + b.exponent_eff, name="s1_exponent_sum")
-        s1_mantissa_a = stage(m, en, a.mantissa, name="s1_mantissa_a")
-        s1_mantissa_b = stage(m, en, b.mantissa, name="s1_mantissa_b")
+        s1 = {name: stage(m, en, value, name=f"s1_{name}") for name, value in {
+            "sign": a.sign ^ b.sign, "special": is_nan | is_inf | a.is_zero | b.is_zero,
+            "is_nan": is_nan, "is_inf": is_inf,
+            "exponent_sum": a.exponent_eff + b.exponent_eff,
+            "mantissa_a": a.mantissa, "mantissa_b": b.mantissa,
+            **{f"zeros_{name}": _leading_zero_groups(x.mantissa) for name, x in (("a", a),
+                                                                                ("b", b))},
+            # e - z for a subnormal operand (e = 1)
+            **{f"rest_{name}": _leading_zero_groups(x.mantissa, 1, -1) for name, x in (("a", a),
+                                                                                   ("b", b))},
+            "subnormal_a": a.exponent == 0, "subnormal_b": b.exponent == 0,
+            "exponent_a": a.exponent, "exponent_b": b.exponent,
+        }.items()}
 
-        # Stage 2: the product of two 24-bit significands, value P * 2^(ea + eb - 254 - 46).
-        s2_product = stage(m, en, s1_mantissa_a * s1_mantissa_b, name="s2_product")
-        s2_sign = stage(m, en, s1_sign, name="s2_sign")
-        s2_special = stage(m, en, s1_special, name="s2_special")
-        s2_special_value = stage(m, en, s1_special_value, name="s2_special_value")
-        s2_exponent_sum = stage(m, en, s1_exponent_sum, name="s2_exponent_sum")
+        # Stage 2: the partial products of the significands and beside them the exponent
+        # arithmetic that does not depend on the product.
+        lz = (_leading_zeros_from_groups(s1["zeros_a"], 24).as_unsigned()
+              + _leading_zeros_from_groups(s1["zeros_b"], 24).as_unsigned())  # 0 .. 48
+        reduced = [Mux(s1[f"subnormal_{x}"],
+                       _leading_zeros_from_groups(s1[f"rest_{x}"], 24, 1, -1),
+                       s1[f"exponent_{x}"]) for x in "ab"]  # e - z
+        s2 = {name: stage(m, en, value, name=f"s2_{name}") for name, value in {
+            # two 24 x 17 / 24 x 7 partial products, one DSP slice each
+            "low": s1["mantissa_a"] * s1["mantissa_b"][:17],
+            "high": s1["mantissa_a"] * s1["mantissa_b"][17:],
+            "lz": lz[:6], "lz_plus_1": (lz + 1)[:6],
+            "distance": reduced[0] + reduced[1],  # ea + eb - lz
+            "special_value": Mux(s1["is_nan"], CANONICAL_NAN,
+                                 Cat(Mux(s1["is_inf"], POSITIVE_INFINITY, 0)[:31], s1["sign"])),
+            **{name: s1[name] for name in ("exponent_sum", "sign", "special")}}.items()}
 
-        # Stage 3: move the leading one to bit 47. Then the biased exponent is
-        # ea + eb - 126 - lz. Below 1 the result is subnormal: it is then aligned to exponent 1,
-        # a total left shift of ea + eb - 127, which is a right shift when that is negative.
-        leading_zeros = count_leading_zeros(s2_product)
-        normal_exponent = s2_exponent_sum - 126 - leading_zeros
-        is_normal = normal_exponent >= 1
-        subnormal_left = s2_exponent_sum - 127
-        left_amount = Mux(is_normal, leading_zeros,
-                          Mux(subnormal_left > 0, subnormal_left[:6], 0))
-        right_amount = Mux(is_normal | (subnormal_left >= 0), 0, (-subnormal_left)[:8])
-        shifted, lost = shift_right_sticky((s2_product << left_amount)[:48], right_amount,
-                                           max_shift=48)
-        s3_significand = stage(m, en, shifted, name="s3_significand")
-        s3_lost = stage(m, en, lost, name="s3_lost")
-        s3_exponent_field = stage(m, en, Mux(is_normal, normal_exponent[:8], 0),
-                                  name="s3_exponent_field")
-        s3_overflow = stage(m, en, is_normal & (normal_exponent >= 0xFF), name="s3_overflow")
-        s3_sign = stage(m, en, s2_sign, name="s3_sign")
-        s3_special = stage(m, en, s2_special, name="s3_special")
-        s3_special_value = stage(m, en, s2_special_value, name="s3_special_value")
+        # Stage 3: the product P, value P * 2^(ea + eb - 254 - 46) (the two slices' sum: the
+        # cascade adder of the second slice in a vendor mapping).
+        # Beside it, what a subnormal result needs: P shifts right by 127 - (ea + eb) (63:
+        # all 48 bits) and drops its bits i < 127 - (ea + eb).
+        exponent_sum = s2["exponent_sum"]
+        s3 = {name: stage(m, en, value, name=f"s3_{name}") for name, value in {
+            "product": s2["low"] + (s2["high"] << 17),
+            "subnormal_right": Mux(exponent_sum >= 127, 0,
+                                   Mux(exponent_sum < 64, 63, (127 - exponent_sum)[:6])),
+            "dropped": Cat(*(exponent_sum < 127 - i for i in range(48))),
+            **{name: value for name, value in s2.items() if name not in ("low", "high")}
+        }.items()}
 
-        # Stage 4: bits 24..47 are the significand, bit 23 the guard bit, the rest sticky.
+        # Stage 4: for t = 0, 1 (P's leading one at bit 47 - lz - t) what the textbook
+        # normalisation does: the biased exponent ea + eb - 126 - lz - t, normal when >= 1
+        # (then P moves left by lz + t), else aligned to exponent 1 by a total left shift of
+        # ea + eb - 127 (a right shift with sticky bit when negative; 63 stands for any
+        # shift of all 48 bits). Bit 47 - lz of P says which t holds.
+        exponent_sum = s3["exponent_sum"]
+        subnormal_left = Mux(exponent_sum > 127, (exponent_sum - 127)[:6], 0)
+        choices = []
+        for t in (0, 1):
+            exponent = s3["distance"] - 126 - t
+            is_normal = s3["distance"] >= 127 + t  # exponent >= 1, without the subtraction
+            choices.append({
+                "left": Mux(is_normal, s3["lz_plus_1"] if t else s3["lz"], subnormal_left),
+                "subnormal": ~is_normal,
+                "field": Mux(is_normal, exponent[:8], 0),
+                # (ea + eb >= 381 needs two normal operands: lz = 0)
+                "overflow": exponent_sum >= 381 + t,
+            })
+        t = ~(s3["product"] << s3["lz"])[47]
+        chosen = {name: Mux(t, choices[1][name], choices[0][name]) for name in choices[0]}
+        s4 = {name: stage(m, en, value, name=f"s4_{name}") for name, value in {
+            **{name: chosen[name] for name in ("left", "field", "overflow")},
+            "right_shift": chosen["subnormal"] & (exponent_sum < 127),
+            "right_shifted": s3["product"] >> s3["subnormal_right"],
+            "subnormal": chosen["subnormal"],
+            "dropped_ones": (s3["product"] & s3["dropped"]).any(),
+            **{name: s3[name] for name in ("product", "sign", "special", "special_value")}
+        }.items()}
+
+        # Stage 5: the shift (whether a right shift drops a one is known from stage 4).
+        product = s4["product"]
+        s5 = {name: stage(m, en, value, name=f"s5_{name}") for name, value in {
+            "significand": Mux(s4["right_shift"], s4["right_shifted"],
+                               (product << s4["left"])[:48]),
+            "lost": s4["subnormal"] & s4["dropped_ones"],
+            **{name: s4[name] for name in ("field", "overflow", "sign", "special",
+                                           "special_value")}}.items()}
+
+        # Stage 6: bits 24..47 are the significand, bit 23 the guard bit, the rest sticky.
+        significand = s5["significand"]
         magnitude = _round_to_nearest_even(
-            s3_exponent_field, s3_significand[24:48], guard=s3_significand[23],
-            sticky=s3_significand[:23].any() | s3_lost)
-        magnitude = Mux(s3_overflow, POSITIVE_INFINITY, magnitude)
+            s5["field"], significand[24:48], guard=significand[23],
+            sticky=significand[:23].any() | s5["lost"])
+        magnitude = Mux(s5["overflow"], POSITIVE_INFINITY, magnitude)
         m.d.comb += self.result.eq(stage(
-            m, en, Mux(s3_special, s3_special_value, Cat(magnitude[:31], s3_sign)),
-            name="s4_result"))
+            m, en, Mux(s5["special"], s5["special_value"], Cat(magnitude[:31], s5["sign"])),
+            name="s6_result"))
         return m
 
 
