@@ -28,6 +28,7 @@ Conventions fixed here (the spec is silent on them; docs/engine.md):
 """
 
 import enum
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -233,7 +234,7 @@ class Engine:
                                              > self.req_to_token.shape[1]).any()):
                 raise _CommandError(Status.BAD_ARGUMENT, "`seq_lens` must leave room for the "
                                     "round in the `req_to_token` rows")
-            with _guard(Status.BAD_ARGUMENT):
+            with _refused_as(Status.BAD_ARGUMENT):
                 # (a zero batch keeps a one-request configuration; nothing reads it)
                 config = c.round_config(max(b, 1), verify_num, check_int(
                     "depths", depths, 1, c.max_depths, hi_name="`max_depths`"))
@@ -284,7 +285,7 @@ class Engine:
                 return _frontier_outputs(0, 0, "", None, None, None)
             sample = DraftSample(probas=probas, tokens=tokens)
             state = _copy_state(r.state)
-            with _guard(Status.BAD_ARGUMENT):
+            with _refused_as(Status.BAD_ARGUMENT):
                 record = _run_depth(r.config, state, r.frontier, r.input_count, r.mask,
                                     lambda depth, frontier: sample, self.hot_token_id,
                                     None if width is None else int(width))
@@ -329,7 +330,7 @@ class Engine:
                        "retrive_index", "retrive_next_token", "retrive_next_sibling")},
                    "draft_tokens": np.zeros(b * n, np.int64)}
             if b:
-                with _guard(Status.BAD_ARGUMENT):
+                with _refused_as(Status.BAD_ARGUMENT):
                     fused_tree_mask_operator(
                         s.cumu_tokens, s.cumu_scores, s.cumu_deltas, s.prev_indexs,
                         s.next_indexs, s.side_indexs, r.seq_lens, b, s.cumu_count,
@@ -390,7 +391,7 @@ class Engine:
                   "verified_id": np.zeros(b * s, np.int32),
                   "next_root": np.zeros(b, np.int64), "evict_mask": np.zeros(b * n, np.bool_),
                   "finished": np.zeros(b, np.bool_)}
-            with _guard(Status.BAD_ARGUMENT):
+            with _refused_as(Status.BAD_ARGUMENT):
                 if b == 0:
                     pass
                 elif seeds is not None:
@@ -476,19 +477,13 @@ class Engine:
             state.tree = {name: getattr(r.state, name)[b].copy() for name in _TREE_ROWS}
 
 
-class _guard:
+@contextmanager
+def _refused_as(status):
     """Turn a golden op's ``ValueError`` into a completion error with ``status``."""
-
-    def __init__(self, status):
-        self.status = status
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, error, traceback):
-        if kind is not None and issubclass(kind, ValueError):
-            raise _CommandError(self.status, str(error)) from error
-        return False
+    try:
+        yield
+    except ValueError as error:
+        raise _CommandError(status, str(error)) from error
 
 
 def _copy_state(state: _State) -> _State:
