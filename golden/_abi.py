@@ -6,8 +6,8 @@ Arrays may come flat (as in the CUDA captures) or shaped; outputs are returned a
 
 import numpy as np
 
-__all__ = ["ParameterError", "ParameterTypeError", "check_int", "in_view", "out_view",
-           "check_index_range"]
+__all__ = ["ParameterError", "ParameterTypeError", "check_int", "check_array", "in_view",
+           "out_view", "check_index_range"]
 
 
 class ParameterError(ValueError):
@@ -46,6 +46,14 @@ def check_int(name, value, lo, hi=None, *, lo_name=None, hi_name=None):
         raise ParameterError(name, f"`{name}` must be between {lo_text} and {hi_text}, "
                                    f"not {value}")
     return value
+
+
+def check_array(name, array, shape, dtype):
+    """Raise ``ValueError`` unless ``array`` is a numpy array of exactly ``shape``/``dtype``."""
+    if not isinstance(array, np.ndarray) or array.dtype != dtype or array.shape != shape:
+        got = (array.shape, array.dtype) if isinstance(array, np.ndarray) else type(array)
+        raise ValueError(f"`{name}` must be {np.dtype(dtype)} of shape {shape}, not {got}")
+    return array
 
 
 def in_view(name, array, shape, dtype):

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._abi import check_int
+from ._abi import check_array, check_int
 from .score import draft_tree_layer_score_index_gen_op
 from .update_state import MAX_NODE_TOP_K, update_cumu_draft_state
 from .work_deltas import calculate_work_deltas, width_policy
@@ -251,13 +251,6 @@ def _initial_state(config, root_tokens):
     return state
 
 
-def _check_array(name, array, shape, dtype):
-    """Raise ``ValueError`` unless ``array`` is a numpy array of exactly ``shape``/``dtype``."""
-    if not isinstance(array, np.ndarray) or array.dtype != dtype or array.shape != shape:
-        got = (array.shape, array.dtype) if isinstance(array, np.ndarray) else type(array)
-        raise ValueError(f"`{name}` must be {np.dtype(dtype)} of shape {shape}, not {got}")
-
-
 def _draw(sampler, frontier, config):
     """Call the sampler and check its answer; return ``(sample, hidden [B, W, H])``."""
     b, w = frontier.node_ids.shape
@@ -265,12 +258,12 @@ def _draw(sampler, frontier, config):
     sample = sampler(frontier.depth, frontier)
     if not isinstance(sample, DraftSample):
         raise ValueError(f"the sampler must return a DraftSample, not {type(sample).__name__}")
-    _check_array("DraftSample.probas", sample.probas, (b, n), np.float32)
-    _check_array("DraftSample.tokens", sample.tokens, (b, n), np.int64)
+    check_array("DraftSample.probas", sample.probas, (b, n), np.float32)
+    check_array("DraftSample.tokens", sample.tokens, (b, n), np.int64)
     hidden_shape = (b, w, config.hidden_size)
     if sample.hidden_states is None:
         return sample, np.zeros(hidden_shape, np.float32)
-    _check_array("DraftSample.hidden_states", sample.hidden_states, hidden_shape, np.float32)
+    check_array("DraftSample.hidden_states", sample.hidden_states, hidden_shape, np.float32)
     return sample, sample.hidden_states
 
 
@@ -395,10 +388,10 @@ def draft_round(config, sampler, root_tokens, *, root_hidden_states=None, hot_to
     docstring. Raises ``ValueError`` for invalid arguments or a malformed sampler answer.
     """
     b, h = config.batch_size, config.hidden_size
-    _check_array("root_tokens", root_tokens, (b,), np.int64)
+    check_array("root_tokens", root_tokens, (b,), np.int64)
     if root_hidden_states is None:
         root_hidden_states = np.zeros((b, 1, h), np.float32)
-    _check_array("root_hidden_states", root_hidden_states, (b, 1, h), np.float32)
+    check_array("root_hidden_states", root_hidden_states, (b, 1, h), np.float32)
     widths = check_widths(widths, config)
     state = _initial_state(config, root_tokens)
     frontier = Frontier(

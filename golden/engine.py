@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._abi import check_int
+from ._abi import check_array, check_index_range, check_int
 from .active_slots import compact_active_slots
 from .draft_round import (
     DraftRoundConfig,
@@ -264,7 +264,7 @@ class Engine:
         r = self._round
         if self._in_phase(Phase.DRAFTING):  # else a phase error, whatever the shapes
             b, w = r.frontier.node_ids.shape
-            probas = _array("probas", probas, (b, w * c.node_top_k), np.float32)
+            probas = check_array("probas", probas, (b, w * c.node_top_k), np.float32)
             tokens = _int_array("tokens", tokens, (b, w * c.node_top_k))
 
         def run():
@@ -366,8 +366,8 @@ class Engine:
         r = self._round
         if self._in_phase(Phase.BUILT):
             b, n = len(r.slots), r.verify["n"]
-            logits = _array("target_logits", target_logits, (b, n, c.vocab_size), np.float32)
-            temperatures = _array("temperatures", temperatures, (b,), np.float32)
+            logits = check_array("target_logits", target_logits, (b, n, c.vocab_size), np.float32)
+            temperatures = check_array("temperatures", temperatures, (b,), np.float32)
             max_seq_lens = _int_array("max_seq_lens", max_seq_lens, (b,))
         if (seeds is None) == (uniform_samples is None):
             raise ValueError("give either `seeds` or `uniform_samples` (with "
@@ -513,14 +513,6 @@ def _frontier_outputs(b, width, stop, record, r, kv):
             "tree_mask": r.mask.copy(), "kv_slots": kv.copy()}
 
 
-def _array(name, value, shape, dtype):
-    """``value`` checked to be a numpy array of ``dtype`` and ``shape`` (host error)."""
-    if not isinstance(value, np.ndarray) or value.dtype != dtype or value.shape != shape:
-        got = (value.shape, value.dtype) if isinstance(value, np.ndarray) else type(value)
-        raise ValueError(f"`{name}` must be {np.dtype(dtype)} of shape {shape}, not {got}")
-    return value
-
-
 def _int_array(name, value, shape):
     """``value`` checked to be an integer numpy array of ``shape`` (``None``: any 1-D), as
     int64 (host error)."""
@@ -534,7 +526,5 @@ def _int_array(name, value, shape):
 
 def _check_range(name, values, limit):
     """A ``BAD_ARGUMENT`` error unless every value lies in ``0 .. limit - 1``."""
-    if values.size and (values.min() < 0 or values.max() >= limit):
-        bad = values[(values < 0) | (values >= limit)].flat[0]
-        raise _CommandError(Status.BAD_ARGUMENT, f"`{name}` must lie in 0..{limit - 1}, not "
-                            f"{int(bad)}")
+    with _refused_as(Status.BAD_ARGUMENT):
+        check_index_range(name, values, 0, limit, str(limit))

@@ -320,3 +320,64 @@ def test_verify_metadata_goldens():
     with pytest.raises(ValueError, match="`req_pool_indices` must lie in 0..2"):
         compute_kv_indices(table, np.array([3]), np.array([0]), np.array([1]),
                            np.zeros(2, np.int64), np.zeros(1, np.int64))
+
+
+def built_round(rng):
+    """An engine with a round on slots 1 and 3 whose verify tree is built; ``(engine, n)``."""
+    engine = new_engine()
+    inputs = round_inputs(rng, [1, 3])
+    assert engine.begin_round(**inputs, verify_num=6, depths=2).ok
+    assert engine.draft_depth(*sample(engine, rng, 1), width=2).ok
+    n = engine.verify_size()
+    assert engine.build_verify(1, np.arange(2 * n, dtype=np.int64)).ok
+    return engine, n
+
+
+def test_bad_verify_side_arguments():
+    rng = np.random.default_rng(9)
+    engine = new_engine()
+    inputs = round_inputs(rng, [0, 2])
+    assert engine.begin_round(**inputs, verify_num=6).ok
+    assert engine.draft_depth(*sample(engine, rng, 1)).ok
+    before = snapshot(engine)
+    refused = engine.build_verify(3, np.zeros(2 * engine.verify_size(), np.int64))
+    assert refused.status == Status.BAD_ARGUMENT and "`tree_mask_mode`" in refused.message
+    assert_unchanged(engine, before)
+    with pytest.raises(ValueError, match="`verify_cache_locs`"):
+        engine.build_verify(0, np.zeros(1, np.int64))
+
+    engine, n = built_round(rng)
+    good = dict(target_logits=np.zeros((2, n, CONFIG.vocab_size), np.float32),
+                temperatures=np.ones(2, np.float32), max_seq_lens=np.full(2, 90))
+    with pytest.raises(ValueError, match="`target_logits`"):
+        engine.verify(**{**good, "target_logits": np.zeros((2, n + 1, CONFIG.vocab_size),
+                                                           np.float32)}, seeds=np.ones(2))
+    with pytest.raises(ValueError, match="`temperatures`"):
+        engine.verify(**{**good, "temperatures": np.ones(2)}, seeds=np.ones(2, np.int64))
+    with pytest.raises(ValueError, match="give either `seeds` or `uniform_samples`"):
+        engine.verify(**good)
+    before = snapshot(engine)
+    refused = engine.verify(**{**good, "temperatures": np.array([1, np.nan], np.float32)},
+                            seeds=np.ones(2, np.int64))
+    assert refused.status == Status.BAD_ARGUMENT and "temperatures" in refused.message
+    assert_unchanged(engine, before)
+    assert engine.verify(**good, seeds=np.ones(2, np.int64)).ok
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"max_batch": 0}, "`max_batch` must be at least 1, not 0"),
+    ({"vocab_size": 3}, "`vocab_size` must be at least `node_top_k`, not 3"),
+    ({"max_tree_width": 5}, "`max_tree_width` must be between 1 and `node_top_k`, not 5"),
+])
+def test_engine_config_is_checked(changes, message):
+    fields = {name: getattr(CONFIG, name) for name in CONFIG.__dataclass_fields__}
+    with pytest.raises(ValueError, match=message):
+        EngineConfig(**{**fields, **changes})
+
+
+def test_verify_metadata_refuses_a_wrong_slot_count():
+    table = np.zeros((2, 8), np.int64)
+    with pytest.raises(ValueError, match="`out_cache_loc` must have 3 elements"):
+        assign_req_to_token_pool(np.array([0, 1]), table, np.array([0, 2]), np.array([1, 4]),
+                                 np.zeros(4, np.int64))
+    assert not table.any()
