@@ -17,7 +17,7 @@ from hw.lib.stream import stream_get, stream_put
 __all__ = ["simulate", "run_streams", "records", "feed", "collect"]
 
 
-def simulate(dut, *testbenches, clocked: bool = True, vcd_file=None) -> None:
+def simulate(dut, *testbenches, clocked: bool = True, vcd_file=None, background=()) -> None:
     """Run ``testbenches`` (async functions of ``ctx``) on ``dut`` until all return.
 
     Parameters
@@ -30,12 +30,17 @@ def simulate(dut, *testbenches, clocked: bool = True, vcd_file=None) -> None:
         Whether the design has a ``sync`` domain to clock (False for combinational logic).
     vcd_file : str or None
         Optional waveform dump.
+    background : async callables
+        Testbenches that run forever beside the others (models of memories and peers); the
+        simulation ends when ``testbenches`` have returned.
     """
     sim = Simulator(dut)
     if clocked:
         sim.add_clock(1e-8)
     for testbench in testbenches:
         sim.add_testbench(testbench)
+    for testbench in background:
+        sim.add_testbench(testbench, background=True)
     if vcd_file:
         with sim.write_vcd(vcd_file):
             sim.run()

@@ -1,0 +1,271 @@
+"""The engine's memory master ports: 32-bit word streams over AXI4-style read and write ports,
+and the per-port counters.
+
+Every array the engine exchanges with card memory is a run of 32-bit little-endian words
+(docs/engine.md, "Memory formats"). ``WordReader`` turns ``count`` words from a byte address
+into a stream of words; ``WordWriter`` turns a stream of words into writes from a byte
+address. Both issue one-beat bursts (``length`` 0) as fast as the port takes them, so no burst
+ever crosses a 4 KiB boundary and any number of reads may be in flight (the slave answers in
+order and may stall either channel). A run's first and last beats carry only the words that
+belong to it (the writer's byte strobes say which), so a run may start at any word.
+
+``PortCounters`` counts, per port, the data beats and bytes that crossed it and the cycles it
+was busy or stalled: the figures of the engine's byte accounting.
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.kernels.tree_verify_params import read_port_signature
+from hw.lib.params import check_int, check_power_of_two
+
+__all__ = ["read_port_signature", "write_port_signature", "WordReader", "WordWriter",
+           "PortCounters", "COUNTER_BITS"]
+
+#: Width of every port counter (2**48 bytes at 300 MHz is about nine days of traffic).
+COUNTER_BITS = 48
+
+
+def write_port_signature(address_width: int, data_width: int) -> wiring.Signature:
+    """An AXI4-style write port, seen from the master: ``aw`` (byte ``address``, ``length`` =
+    beats - 1 as AXI's AWLEN), ``w`` (``data``, byte ``strobe``, ``last`` beat of a burst) and
+    ``b`` (one response per burst, ``resp`` as AXI's BRESP)."""
+    return wiring.Signature({
+        "aw": Out(stream.Signature(data.StructLayout({
+            "address": unsigned(address_width), "length": unsigned(8)}))),
+        "w": Out(stream.Signature(data.StructLayout({
+            "data": unsigned(data_width), "strobe": unsigned(data_width // 8), "last": 1}))),
+        "b": In(stream.Signature(data.StructLayout({"resp": unsigned(2)}))),
+    })
+
+
+def _check_port(address_width, port_bits):
+    check_int("address_width", address_width, 16, 64)
+    check_power_of_two("port_bits", port_bits, 32, 1024)
+
+
+class WordReader(wiring.Component):
+    """Read a run of 32-bit words from memory and stream them out, one word per clock.
+
+    Parameters
+    ----------
+    address_width : int, 16..64
+        Bits of byte addresses.
+    port_bits : int, 32..1024, a power of two
+        Data bits per beat.
+    max_words : int, at least 1
+        Longest run.
+
+    Members
+    -------
+    port : Out(read_port_signature(address_width, port_bits))
+    start : In(1)
+        Begin a run (a one-clock pulse while ``busy`` is low).
+    address : In(address_width)
+        Byte address of the run's first word (a multiple of 4), with ``start``.
+    count : In(range(max_words + 1))
+        Words in the run, with ``start`` (0: nothing is read).
+    words : Out(stream.Signature(32))
+        The run's words in address order.
+    busy : Out(1)
+        High from the clock after ``start`` until the last word has left on ``words``.
+    """
+
+    def __init__(self, *, address_width=32, port_bits=256, max_words=1024):
+        _check_port(address_width, port_bits)
+        self._address_width = address_width
+        self._lanes = port_bits // 32
+        self._max_words = check_int("max_words", max_words, 1)
+        super().__init__({
+            "port": Out(read_port_signature(address_width, port_bits)),
+            "start": In(1),
+            "address": In(address_width),
+            "count": In(range(max_words + 1)),
+            "words": Out(stream.Signature(32)),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes = self._lanes
+        port_bytes = lanes * 4
+        lane_bits = max(1, (lanes - 1).bit_length())
+        ar, r = self.port.ar, self.port.r
+
+        beats_left = Signal(range(self._max_words + 2))  # bursts not yet requested
+        words_left = Signal(range(self._max_words + 1))  # words not yet streamed out
+        lane = Signal(lane_bits)
+        beat = Signal(32 * lanes)
+        beat_valid = Signal()
+
+        m.d.comb += [ar.valid.eq(beats_left != 0), ar.payload.length.eq(0),
+                     self.busy.eq(words_left != 0)]
+        with m.If(ar.valid & ar.ready):
+            m.d.sync += [ar.payload.address.eq(ar.payload.address + port_bytes),
+                         beats_left.eq(beats_left - 1)]
+
+        word_lanes = [beat[32 * i:32 * (i + 1)] for i in range(lanes)]
+        m.d.comb += [self.words.valid.eq(beat_valid),
+                     self.words.payload.eq(Cat(word_lanes).word_select(lane, 32)
+                                           if lanes > 1 else beat)]
+        taken = self.words.valid & self.words.ready
+        beat_done = taken & ((lane == lanes - 1) | (words_left == 1))
+        m.d.comb += r.ready.eq(~beat_valid | beat_done)
+        with m.If(taken):
+            m.d.sync += [words_left.eq(words_left - 1), lane.eq(lane + 1)]
+        with m.If(beat_done):
+            m.d.sync += [beat_valid.eq(0), lane.eq(0)]
+        with m.If(r.valid & r.ready):
+            m.d.sync += [beat.eq(r.payload.data), beat_valid.eq(1)]
+
+        with m.If(self.start):
+            first_lane = self.address[2:2 + lane_bits] if lanes > 1 else 0
+            m.d.sync += [
+                ar.payload.address.eq(self.address & ~(port_bytes - 1)),
+                beats_left.eq(Mux(self.count == 0, 0,
+                                   (first_lane + self.count + lanes - 1) // lanes)),
+                words_left.eq(self.count),
+                lane.eq(first_lane),
+            ]
+        return m
+
+
+class WordWriter(wiring.Component):
+    """Write a stream of 32-bit words to a run of memory words.
+
+    Parameters
+    ----------
+    address_width, port_bits, max_words
+        As :class:`WordReader`.
+
+    Members
+    -------
+    port : Out(write_port_signature(address_width, port_bits))
+    start : In(1)
+        Begin a run (a one-clock pulse while ``busy`` is low).
+    address : In(address_width)
+        Byte address of the run's first word (a multiple of 4), with ``start``.
+    count : In(range(max_words + 1))
+        Words in the run, with ``start``.
+    words : In(stream.Signature(32))
+        The run's words in address order (taken only during a run).
+    busy : Out(1)
+        High from the clock after ``start`` until every burst of the run has its response.
+    errors : Out(1)
+        Sticky: a response other than OKAY was received (cleared by ``start``).
+    """
+
+    def __init__(self, *, address_width=32, port_bits=256, max_words=1024):
+        _check_port(address_width, port_bits)
+        self._lanes = port_bits // 32
+        self._max_words = check_int("max_words", max_words, 1)
+        super().__init__({
+            "port": Out(write_port_signature(address_width, port_bits)),
+            "start": In(1),
+            "address": In(address_width),
+            "count": In(range(max_words + 1)),
+            "words": In(stream.Signature(32)),
+            "busy": Out(1),
+            "errors": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes = self._lanes
+        port_bytes = lanes * 4
+        lane_bits = max(1, (lanes - 1).bit_length())
+        aw, w, b = self.port.aw, self.port.w, self.port.b
+
+        words_left = Signal(range(self._max_words + 1))  # words not yet taken
+        responses_left = Signal(range(self._max_words + 2))  # bursts without a response
+        lane = Signal(lane_bits)
+        beat = Signal(32 * lanes)
+        strobe = Signal(lanes)
+        address = Signal.like(aw.payload.address)
+        aw_pending = Signal()
+        w_pending = Signal()
+
+        m.d.comb += [aw.valid.eq(aw_pending), w.valid.eq(w_pending),
+                     aw.payload.length.eq(0), w.payload.data.eq(beat), w.payload.last.eq(1),
+                     w.payload.strobe.eq(Cat(s.replicate(4) for s in strobe)),
+                     b.ready.eq(1),
+                     self.busy.eq((words_left != 0) | (responses_left != 0))]
+        with m.If(aw.valid & aw.ready):
+            m.d.sync += aw_pending.eq(0)
+        with m.If(w.valid & w.ready):
+            m.d.sync += w_pending.eq(0)
+        with m.If(b.valid):
+            m.d.sync += responses_left.eq(responses_left - 1)
+            with m.If(b.payload.resp != 0):
+                m.d.sync += self.errors.eq(1)
+
+        # Fill the beat register; it is sent when its last lane (or the run's last word) is in.
+        # A new beat may start only once both channels have taken the previous one.
+        m.d.comb += self.words.ready.eq((words_left != 0) & ~aw_pending & ~w_pending)
+        with m.If(self.words.valid & self.words.ready):
+            for i in range(lanes):
+                with m.If(lane == i):
+                    m.d.sync += [beat[32 * i:32 * (i + 1)].eq(self.words.payload),
+                                 strobe[i].eq(1)]
+            m.d.sync += [words_left.eq(words_left - 1), lane.eq(lane + 1)]
+            with m.If((lane == lanes - 1) | (words_left == 1)):
+                m.d.sync += [aw_pending.eq(1), w_pending.eq(1), lane.eq(0),
+                             aw.payload.address.eq(address)]
+                m.d.sync += responses_left.eq(responses_left + 1 - (b.valid & b.ready))
+        with m.If(aw.valid & aw.ready):
+            m.d.sync += address.eq(address + port_bytes)
+        with m.If(w.valid & w.ready):
+            for i in range(lanes):
+                m.d.sync += strobe[i].eq(0)
+
+        with m.If(self.start):
+            first_lane = self.address[2:2 + lane_bits] if lanes > 1 else 0
+            m.d.sync += [address.eq(self.address & ~(port_bytes - 1)),
+                         words_left.eq(self.count), lane.eq(first_lane), self.errors.eq(0)]
+        return m
+
+
+class PortCounters(wiring.Component):
+    """Traffic counters of one memory port (free-running from reset, ``COUNTER_BITS`` wide).
+
+    Parameters
+    ----------
+    port_bits : int, 32..1024, a power of two
+        Data bits per beat of the port counted.
+
+    Members
+    -------
+    beat : In(1)
+        A data beat crosses the port this clock (``r`` or ``w`` handshake).
+    busy : In(1)
+        The port has a run in progress this clock.
+    beats : Out(COUNTER_BITS)
+        Data beats so far.
+    bytes : Out(COUNTER_BITS)
+        ``beats * port_bits / 8``: every beat moves a whole port word.
+    busy_cycles : Out(COUNTER_BITS)
+        Clocks with a run in progress.
+    stall_cycles : Out(COUNTER_BITS)
+        Busy clocks without a data beat (waiting for memory, or memory waiting for the engine).
+    """
+
+    def __init__(self, *, port_bits=256):
+        check_power_of_two("port_bits", port_bits, 32, 1024)
+        self._port_bytes = port_bits // 8
+        super().__init__({
+            "beat": In(1), "busy": In(1),
+            "beats": Out(COUNTER_BITS), "bytes": Out(COUNTER_BITS),
+            "busy_cycles": Out(COUNTER_BITS), "stall_cycles": Out(COUNTER_BITS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        with m.If(self.beat):
+            m.d.sync += [self.beats.eq(self.beats + 1),
+                         self.bytes.eq(self.bytes + self._port_bytes)]
+        with m.If(self.busy):
+            m.d.sync += self.busy_cycles.eq(self.busy_cycles + 1)
+            with m.If(~self.beat):
+                m.d.sync += self.stall_cycles.eq(self.stall_cycles + 1)
+        return m

@@ -1,0 +1,1 @@
+"""Testbench of the persistent engine (`make sim KERNEL=dataflow`)."""

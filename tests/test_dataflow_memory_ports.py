@@ -1,0 +1,80 @@
+"""The engine's memory ports (hw/dataflow/memory_ports.py) on the card-memory model."""
+
+import random
+
+import numpy as np
+import pytest
+from amaranth.hdl import Module
+
+from hw.dataflow.memory_ports import PortCounters, WordReader, WordWriter
+from sim.amaranth_tb import simulate
+from sim.dataflow.memory import CardMemory
+
+
+def _beats(address, count, lanes):
+    """Port words covering ``count`` words from byte ``address``."""
+    return -(-(address % (4 * lanes) + 4 * count) // (4 * lanes)) if count else 0
+
+
+def _bench(port_bits):
+    m = Module()
+    m.submodules.reader = reader = WordReader(address_width=20, port_bits=port_bits,
+                                              max_words=40)
+    m.submodules.writer = writer = WordWriter(address_width=20, port_bits=port_bits,
+                                              max_words=40)
+    m.submodules.read_counters = read_counters = PortCounters(port_bits=port_bits)
+    m.submodules.write_counters = write_counters = PortCounters(port_bits=port_bits)
+    m.d.comb += [read_counters.beat.eq(reader.port.r.valid & reader.port.r.ready),
+                 read_counters.busy.eq(reader.busy),
+                 write_counters.beat.eq(writer.port.w.valid & writer.port.w.ready),
+                 write_counters.busy.eq(writer.busy)]
+    return m, reader, writer, read_counters, write_counters
+
+
+@pytest.mark.parametrize("port_bits,stall", [(32, 0.0), (128, 0.3), (256, 0.0), (256, 0.5)])
+def test_runs_round_trip_under_stalls(port_bits, stall):
+    m, reader, writer, read_counters, write_counters = _bench(port_bits)
+    memory = CardMemory(1 << 12, seed=port_bits, latency=(0, 6), stall=stall)
+    rng = random.Random(port_bits + int(stall * 10))
+    source = np.array([rng.getrandbits(32) for _ in range(256)], np.int64)
+    memory.write_words(0, source)
+    runs = [(rng.randrange(0, 200), rng.randrange(0, 41)) for _ in range(12)] + [(3, 1), (8, 0)]
+    lanes, expected_beats = port_bits // 32, 0
+
+    async def bench(ctx):
+        nonlocal expected_beats
+        for first, count in runs:
+            target = 2048 + 4 * rng.randrange(0, 200)
+            before = memory.data.copy()
+            for unit, address in ((reader, 4 * first), (writer, target)):
+                ctx.set(unit.start, 1)
+                ctx.set(unit.address, address)
+                ctx.set(unit.count, count)
+            await ctx.tick()
+            ctx.set(reader.start, 0)
+            ctx.set(writer.start, 0)
+            got = []
+            while ctx.get(reader.busy) or ctx.get(writer.busy):
+                # the reader's words go straight into the writer, with random back-pressure
+                take = rng.random() > stall
+                valid = ctx.get(reader.words.valid)
+                ctx.set(writer.words.valid, valid and take)
+                ctx.set(writer.words.payload, ctx.get(reader.words.payload))
+                ctx.set(reader.words.ready, take and ctx.get(writer.words.ready))
+                if valid and take and ctx.get(writer.words.ready):
+                    got.append(ctx.get(reader.words.payload))
+                await ctx.tick()
+            ctx.set(writer.words.valid, 0)
+            ctx.set(reader.words.ready, 0)
+            assert got == [int(v) for v in source[first:first + count]]
+            expected = before.copy()
+            expected[target:target + 4 * count] = source[first:first + count] \
+                .astype("<u4").view(np.uint8)
+            assert np.array_equal(memory.data, expected), (first, count, target)
+            expected_beats += _beats(4 * first, count, lanes) + _beats(target, count, lanes)
+        assert ctx.get(read_counters.beats) + ctx.get(write_counters.beats) == expected_beats
+        assert ctx.get(read_counters.bytes) == ctx.get(read_counters.beats) * port_bits // 8
+        assert ctx.get(writer.errors) == 0
+
+    simulate(m, bench, background=[memory.serve_read(reader.port, port_bits),
+                                   memory.serve_write(writer.port, port_bits)])
