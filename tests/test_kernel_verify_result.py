@@ -67,10 +67,10 @@ def test_late_length_limit_is_caught(monkeypatch):
     assert calls and all(expected(c)["finished"].all() for c in calls)
     run_on_amaranth(SMALL, calls)
 
-    def late(token, eos_token_id, length, max_seq_len):
-        return ((eos_token_id >= 0) & (token == eos_token_id)) | (length > max_seq_len)
+    def late(length, max_seq_len):
+        return length > max_seq_len
 
-    monkeypatch.setattr(verify_result_module, "request_finishes", late)
+    monkeypatch.setattr(verify_result_module, "reaches_length_limit", late)
     with pytest.raises(AssertionError, match="differs from the golden|did not finish|announce"):
         run_on_amaranth(SMALL, calls)
 

@@ -25,7 +25,11 @@ full, while ``accept_length + 3 <= n + 1``):
   exclusive prefix sum of the accept lengths) and its ``req_to_token`` write
   ``[req_pool_index, seq_len + j] = out_cache_loc[...]``; the walk stops after the first token
   that is ``eos_token_id`` (when >= 0) or brings the length to ``max_seq_len``
-  (``seq_len + j + 1 >= max_seq_len``), which finishes the request. The accepted positions
+  (``seq_len + j + 1 >= max_seq_len``), which finishes the request. For the 300 MHz rule
+  (docs/timing.md) the walk decides on registers only: the positions are computed when the
+  request beat arrives and shift down one a token, the EOS compare is made at ingest (one
+  flag a node in a LUT-RAM of its own, read a token ahead), and the length-limit and
+  last-token flags are registered a token ahead. The accepted positions
   are collected in a bitmap; the ``result`` beat carries ``accept_length``, ``next_root``
   (the last token), ``finished``, the new ``seq_len``, ``offset_b`` and ``evict`` (every
   position of the request not accepted, the truncated ones included).
@@ -36,7 +40,7 @@ Inputs outside the golden's contract (accepted ids that are not the request's ow
 
 from dataclasses import asdict, dataclass
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 
@@ -44,15 +48,28 @@ from hw.lib.component import KernelComponent
 from hw.lib.params import ParameterRecord, index_bits, parameter
 from hw.lib.stream import RegisterSlice, packet_layout
 
-__all__ = ["VerifyResultParams", "VerifyResult", "request_finishes", "synthesis_parameters",
-           "synthesis_configuration"]
+__all__ = ["VerifyResultParams", "VerifyResult", "is_eos_token", "reaches_length_limit",
+           "request_finishes", "synthesis_parameters", "synthesis_configuration"]
+
+
+def is_eos_token(token, eos_token_id):
+    """Whether ``token`` finishes a request as its EOS token (combinational):
+    ``eos_token_id`` is >= 0 and ``token`` equals it."""
+    return (eos_token_id >= 0) & (token == eos_token_id)
+
+
+def reaches_length_limit(length, max_seq_len):
+    """Whether a request whose length is ``length`` with its newest token finishes on the
+    length limit (combinational): ``length`` reaches ``max_seq_len``."""
+    return length >= max_seq_len
 
 
 def request_finishes(token, eos_token_id, length, max_seq_len):
     """Whether a request finishes on ``token`` (combinational): it is ``eos_token_id``
     (when that is >= 0), or the request's length with it, ``length``, reaches
-    ``max_seq_len``."""
-    return ((eos_token_id >= 0) & (token == eos_token_id)) | (length >= max_seq_len)
+    ``max_seq_len``. The kernel evaluates the two halves at different clocks
+    (:func:`is_eos_token` at ingest, :func:`reaches_length_limit` one token ahead)."""
+    return is_eos_token(token, eos_token_id) | reaches_length_limit(length, max_seq_len)
 
 
 @dataclass(frozen=True)
@@ -187,13 +204,19 @@ class VerifyResult(KernelComponent):
                                                   init=[])
         node_write = node_mem.write_port()
         node_read = node_mem.read_port(domain="comb")
+        # Whether each node is the EOS token, computed at ingest (read a token ahead).
+        m.submodules.eos_mem = eos_mem = Memory(shape=1, depth=2 << pos_bits, init=[])
+        eos_write = eos_mem.write_port()
+        eos_read = eos_mem.read_port(domain="comb")
 
         # --- call parameters and stage 1: ingest ------------------------------------------
         command = self.cmd.payload
         n_new = Mux(command.num_draft_tokens == 0, 1,
                     Mux(command.num_draft_tokens > maxd, maxd, command.num_draft_tokens))
-        call_batch = Signal(batch_bits)
         call_n = Signal(range(maxd + 1))
+        call_last = Signal(range(maxd))  # n - 1
+        call_last_request = Signal(batch_bits)  # batch_size - 1
+        call_valid = Signal(maxd)  # bit i: i < n
         call_eos = Signal(signed(params.token_width))
         s1_position = Signal(range(maxd + 1))
         s1_request = Signal(batch_bits)
@@ -212,11 +235,21 @@ class VerifyResult(KernelComponent):
             node_write.data.cache_loc.eq(self.nodes.payload.cache_loc),
             node_write.en.eq(beat),
         ]
+        # The EOS flag is written a clock after its node (the compare is a stage of its own),
+        # still before the walk's first read of the bank (in REQUEST, after the hand-over).
+        m.d.sync += [
+            eos_write.addr.eq(node_write.addr),
+            eos_write.data.eq(is_eos_token(self.nodes.payload.predict, call_eos)),
+            eos_write.en.eq(beat),
+        ]
         with m.FSM(name="ingest"):
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid):
-                    m.d.sync += [call_batch.eq(command.batch_size), call_n.eq(n_new),
+                    m.d.sync += [call_last_request.eq(command.batch_size - 1),
+                                 call_n.eq(n_new), call_last.eq(n_new - 1),
+                                 call_valid.eq(Cat((command.num_draft_tokens > i) | (i == 0)
+                                                   for i in range(maxd))),
                                  call_eos.eq(command.eos_token_id), s1_position.eq(0),
                                  s1_request.eq(0), s1_base.eq(0)]
                     with m.If(command.batch_size != 0):
@@ -225,41 +258,55 @@ class VerifyResult(KernelComponent):
                 m.d.comb += ingesting.eq(1)
                 with m.If(beat):
                     m.d.sync += s1_position.eq(s1_position + 1)
-                    with m.If(s1_position == call_n - 1):
+                    with m.If(s1_position == call_last):
                         m.next = "HOLD"
             with m.State("HOLD"):
                 m.d.comb += s1_hold.eq(1)
                 with m.If(handoff):
                     m.d.sync += [bank.eq(~bank), s1_position.eq(0),
                                  s1_request.eq(s1_request + 1), s1_base.eq(s1_base + call_n)]
-                    with m.If(s1_request == call_batch - 1):
+                    with m.If(s1_request == call_last_request):
                         m.next = "IDLE"
                     with m.Else():
                         m.next = "INGEST"
 
         # --- stage 2: walk ------------------------------------------------------------------
+        # Everything the walk decides on is a register or one LUT-RAM read away: the
+        # positions of the accepted ids are computed when the request beat arrives and shift
+        # down one a token; whether the next token is EOS (a flag stored at ingest), ends the
+        # request on the length limit or is the last accepted one is registered a token
+        # ahead.
         s2_bank = Signal()
-        s2_n = Signal(range(maxd + 1))
-        s2_eos = Signal(signed(params.token_width))
+        s2_valid = Signal(maxd)  # the request's positions: bit i = i < n
         s2_base = Signal(flat_bits + 1)
         offset = Signal(offset_bits + 1)  # exclusive prefix sum of accept lengths
-        taken = Signal(range(maxs))  # accept_token_num
-        accept_ids = [Signal(flat_bits, name=f"accept_index{j}") for j in range(maxs)]
+        positions = [Signal(pos_bits, name=f"position{j}") for j in range(maxs)]
+        left = Signal(range(maxs))  # accept_token_num - step
+        final = Signal()  # step == accept_token_num
         pool = Signal(params.pool_index_width)
         seq = Signal(params.seq_len_width)
         max_seq = Signal(params.seq_len_width)
+        next_length = Signal(range((1 << params.seq_len_width) + maxs + 2))  # seq + step + 2
+        limit = Signal()  # reaches_length_limit(seq + step + 1, max_seq)
+        eos = Signal()  # is_eos_token(token at step, eos_token_id)
+        requesting = Signal()
         step = Signal(range(maxs + 1))
         accepted = Signal(maxd)
         length = Signal(range(maxs + 1))
         root = Signal(signed(params.token_width))
         finished = Signal()
 
-        position = (Array(accept_ids)[step] - s2_base)[:pos_bits]
+        position = positions[0]
         m.d.comb += node_read.addr.eq(Cat(position, s2_bank))
         token = node_read.data.predict
         column = seq + step
-        ends_here = request_finishes(token, s2_eos, column + 1, max_seq)
-        last_token = ends_here | (step == taken)
+        ends_here = eos | limit
+        request = self.request.payload
+        first_position = (request.accept_index[0] - s2_base)[:pos_bits]
+        next_position = positions[1] if maxs > 1 else position
+        m.d.comb += eos_read.addr.eq(Cat(Mux(requesting, first_position, next_position),
+                                         s2_bank))
+        last_token = ends_here | final
 
         m.submodules.commit_slice = commit_slice = RegisterSlice(params.commit_layout)
         wiring.connect(m, commit_slice.o, wiring.flipped(self.commit))
@@ -278,7 +325,6 @@ class VerifyResult(KernelComponent):
             out.first.eq(step == 0),
             out.last.eq(last_token),
         ]
-        valid_positions = (Const(1, maxd + 1) << s2_n) - 1
         report = result_slice.i.payload
         m.d.comb += [
             result_slice.i.valid.eq(reporting),
@@ -287,32 +333,43 @@ class VerifyResult(KernelComponent):
             report.finished.eq(finished),
             report.seq_len.eq(seq + length),
             report.verified_offset.eq(offset),
-            report.evict.eq(~accepted & valid_positions[:maxd]),
+            report.evict.eq(~accepted & s2_valid),
         ]
 
-        request = self.request.payload
         with m.FSM(name="walk"):
             with m.State("IDLE"):
                 m.d.comb += s2_idle.eq(1)
                 with m.If(handoff):
-                    m.d.sync += [s2_bank.eq(bank), s2_n.eq(call_n), s2_eos.eq(call_eos),
+                    m.d.sync += [s2_bank.eq(bank),
+                                 s2_valid.eq(call_valid),
                                  s2_base.eq(s1_base)]
                     with m.If(s1_request == 0):
                         m.d.sync += offset.eq(0)
                     m.next = "REQUEST"
             with m.State("REQUEST"):
-                m.d.comb += self.request.ready.eq(1)
+                m.d.comb += [self.request.ready.eq(1), requesting.eq(1)]
                 with m.If(self.request.valid):
-                    m.d.sync += [taken.eq(request.accept_token_num),
+                    m.d.sync += [left.eq(request.accept_token_num),
+                                 final.eq(request.accept_token_num == 0),
                                  pool.eq(request.req_pool_index),
                                  seq.eq(request.seq_len), max_seq.eq(request.max_seq_len),
-                                 step.eq(0), accepted.eq(0), walking.eq(1)]
-                    m.d.sync += [accept_ids[j].eq(request.accept_index[j]) for j in range(maxs)]
+                                 next_length.eq(request.seq_len + 2),
+                                 limit.eq(reaches_length_limit(request.seq_len + 1,
+                                                               request.max_seq_len)),
+                                 eos.eq(eos_read.data), step.eq(0), accepted.eq(0),
+                                 walking.eq(1)]
+                    m.d.sync += [positions[j].eq((request.accept_index[j] - s2_base)[:pos_bits])
+                                 for j in range(maxs)]
                     m.next = "WALK"
             with m.State("WALK"):
                 with m.If(commit_slice.i.ready):
                     m.d.sync += [step.eq(step + 1),
-                                 accepted.eq(accepted | (Const(1, maxd) << position))]
+                                 accepted.eq(accepted | (Const(1, maxd) << position)),
+                                 left.eq(left - 1), final.eq(left == 1),
+                                 next_length.eq(next_length + 1),
+                                 limit.eq(reaches_length_limit(next_length, max_seq)),
+                                 eos.eq(eos_read.data)]
+                    m.d.sync += [positions[j].eq(positions[j + 1]) for j in range(maxs - 1)]
                     with m.If(last_token):
                         m.d.sync += [walking.eq(0), reporting.eq(1), length.eq(step + 1),
                                      root.eq(token), finished.eq(ends_here)]
