@@ -27,11 +27,12 @@ def run_scenario(parameters, *, seed, rounds, stall=0.0, **scenario):
             await stream_put(ctx, dut.command, step.command)
             completion = await stream_get(ctx, dut.completion)
             check_step(step, {name: getattr(completion, name) for name in (
-                "tag", "status", "next_tree_width", "stop_reason")}, case.host)
+                "tag", "status", "next_tree_width", "stop_reason", "verify_size")}, case.host)
             counts["steps"] += 1
 
     simulate(dut, bench, background=[memory.serve_read(dut.read, params.port_bits),
-                                     memory.serve_write(dut.frontier_write, params.port_bits),
+                                     memory.serve_write(dut.result_write, params.port_bits),
+                                     memory.serve_write(dut.mask_write, params.port_bits),
                                      memory.serve_write(dut.table_write, params.port_bits)])
     return counts["steps"]
 

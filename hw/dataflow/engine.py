@@ -6,7 +6,7 @@ Every slot's cumulative tree, ``sort_scores``, ``work_scores`` and draft mask st
 on-chip memories (``hw.kernels.update_state``) for the whole round; the round's batch, its
 frontier (scores, node ids, mask rows) and the draft inputs' KV slots stay in the engine's own
 memories. Only model-facing data crosses the memory ports: the command's argument records and
-the draft model's top-K in (``read``), the next frontier out (``frontier_write``), the KV
+the draft model's top-K in (``read``), the next frontier out (``result_write``), the KV
 slots of the round into ``req_to_token`` (``table_write``); each port has its
 ``PortCounters``.
 
@@ -31,10 +31,12 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.kernels.score_sort import SORT_WIDTHS, ScoreSortParams, ScoreSortPipeline
+from hw.kernels.tree_mask import TreeMask, TreeMaskMode, TreeMaskParams
 from hw.kernels.update_state import Region, UpdateCumuDraftState, UpdateStateParams
 from hw.kernels.work_deltas import WorkDeltas, WorkDeltasParams
 from hw.lib.params import ParameterRecord, index_bits, parameter
 
+from .mask_bytes import MaskBytes
 from .memory_ports import (
     COUNTER_BITS,
     PortCounters,
@@ -58,6 +60,7 @@ class Opcode(enum.IntEnum):
 
     BEGIN_ROUND = 1
     DRAFT_DEPTH = 2
+    BUILD_VERIFY = 3
 
 
 class Status(enum.IntEnum):
@@ -85,6 +88,7 @@ class _Phase(enum.IntEnum):
     IDLE = 0
     DRAFTING = 1
     DRAFTED = 2
+    BUILT = 3
 
 
 counter_layout = data.StructLayout({"beats": COUNTER_BITS, "bytes": COUNTER_BITS,
@@ -108,9 +112,13 @@ class EngineParams(ParameterRecord):
     address_width: int = parameter(32, "Bits of byte addresses.", lo=16, hi=64)
     port_bits: int = parameter(256, "Data bits per beat of every memory port.", lo=32,
                                hi=1024, power_of_two=True)
+    mask_lanes: int = parameter(64, "Mask columns per K4 mask word.", lo=8, hi=1024,
+                                power_of_two=True)
+    max_seq_len: int = parameter(1 << 16, "Largest ``seq_len`` (sizes the FULL mask rows).")
 
     def check(self):
         UpdateStateParams(**self._k2_fields())
+        self.k4  # noqa: B018 (checks MAXV <= MAXN)
         ScoreSortParams(node_top_k=self.node_top_k, max_tree_width=self.max_tree_width,
                         sort_width=self.sort_width)
 
@@ -130,6 +138,12 @@ class EngineParams(ParameterRecord):
     def k1(self) -> ScoreSortParams:
         return ScoreSortParams(node_top_k=self.node_top_k, max_tree_width=self.max_tree_width,
                                sort_width=self.sort_width)
+
+    @cached_property
+    def k4(self) -> TreeMaskParams:
+        return TreeMaskParams(max_node_count=self.max_node_count,
+                              max_verify_num=self.max_verify_num, mask_lanes=self.mask_lanes,
+                              max_batch_size=self.max_batch)
 
     @cached_property
     def k3(self) -> WorkDeltasParams:
@@ -163,11 +177,18 @@ class EngineParams(ParameterRecord):
         then the mask row."""
         return 5 + self.mask_words
 
+    #: Words of one verify-tree record: ``retrive_index``, ``retrive_next_token``,
+    #: ``retrive_next_sibling``, ``position``, ``draft_token``.
+    tree_words = 5
+
     @property
     def max_run_words(self) -> int:
         """Longest run of words a port moves for one command."""
+        v = self.max_verify_num
         return self.max_batch * max(self.argument_words, self.max_candidates,
-                                    self.max_tree_width * self.frontier_words)
+                                    self.max_tree_width * self.frontier_words,
+                                    v * self.tree_words, self.max_seq_len + v,
+                                    -(-v * (self.max_seq_len + v) // 4))
 
     @cached_property
     def command_layout(self) -> data.StructLayout:
@@ -179,8 +200,8 @@ class EngineParams(ParameterRecord):
         a = self.address_width
         return data.StructLayout({
             "opcode": 4, "tag": 16, "batch_size": 16, "verify_num": signed(32),
-            "depths": 8, "width": 8, "width_given": 1,
-            "address0": a, "address1": a, "address2": a,
+            "depths": 8, "width": 8, "width_given": 1, "tree_mask_mode": 2,
+            "address0": a, "address1": a, "address2": a, "address3": a, "address4": a,
         })
 
     @cached_property
@@ -188,7 +209,7 @@ class EngineParams(ParameterRecord):
         """One completion: the command's ``tag`` and ``opcode``, ``status``, and for
         ``draft_depth`` the ``next_tree_width`` and ``stop_reason``."""
         return data.StructLayout({"tag": 16, "opcode": 4, "status": 3, "next_tree_width": 8,
-                                  "stop_reason": 3})
+                                  "stop_reason": 3, "verify_size": 16})
 
     @cached_property
     def config_layout(self) -> data.StructLayout:
@@ -204,7 +225,7 @@ class EngineParams(ParameterRecord):
     @property
     def port_names(self) -> tuple[str, ...]:
         """The memory ports, in counter order."""
-        return ("read", "frontier_write", "table_write")
+        return ("read", "result_write", "mask_write", "table_write")
 
 
 class DraftEngine(wiring.Component):
@@ -221,7 +242,7 @@ class DraftEngine(wiring.Component):
     config : In(config_layout)
         Static settings.
     read : Out(read_port_signature(address_width, port_bits))
-    frontier_write : Out(write_port_signature(address_width, port_bits))
+    result_write : Out(write_port_signature(address_width, port_bits))
     table_write : Out(write_port_signature(address_width, port_bits))
     counters : Out(data.ArrayLayout(counter_layout, 3))
         Per port, in ``port_names`` order.
@@ -234,7 +255,8 @@ class DraftEngine(wiring.Component):
             "completion": Out(stream.Signature(p.completion_layout)),
             "config": In(p.config_layout),
             "read": Out(read_port_signature(p.address_width, p.port_bits)),
-            "frontier_write": Out(write_port_signature(p.address_width, p.port_bits)),
+            "result_write": Out(write_port_signature(p.address_width, p.port_bits)),
+            "mask_write": Out(write_port_signature(p.address_width, p.port_bits)),
             "table_write": Out(write_port_signature(p.address_width, p.port_bits)),
             "counters": Out(data.ArrayLayout(counter_layout, len(p.port_names))),
         })
@@ -257,13 +279,20 @@ class DraftEngine(wiring.Component):
         port_args = dict(address_width=p.address_width, port_bits=p.port_bits,
                          max_words=p.max_run_words)
         m.submodules.reader = reader = WordReader(**port_args)
-        m.submodules.frontier_writer = fwriter = WordWriter(**port_args)
+        m.submodules.result_writer = rwriter = WordWriter(**port_args)
+        m.submodules.mask_writer = mwriter = WordWriter(**port_args)
         m.submodules.table_writer = twriter = WordWriter(**port_args)
+        m.submodules.k4 = k4 = TreeMask(**asdict(p.k4))
+        m.submodules.mask_bytes = mask_bytes = MaskBytes(
+            mask_lanes=p.mask_lanes, max_columns=p.max_seq_len + MAXV)
+        wiring.connect(m, mask_bytes.words, mwriter.words)
         wiring.connect(m, reader.port, wiring.flipped(self.read))
-        wiring.connect(m, fwriter.port, wiring.flipped(self.frontier_write))
+        wiring.connect(m, rwriter.port, wiring.flipped(self.result_write))
         wiring.connect(m, twriter.port, wiring.flipped(self.table_write))
+        wiring.connect(m, mwriter.port, wiring.flipped(self.mask_write))
         for index, (name, unit, beat) in enumerate((
-                ("read", reader, self.read.r), ("frontier_write", fwriter, self.frontier_write.w),
+                ("read", reader, self.read.r), ("result_write", rwriter, self.result_write.w),
+                ("mask_write", mwriter, self.mask_write.w),
                 ("table_write", twriter, self.table_write.w))):
             m.submodules[f"{name}_counters"] = counters = PortCounters(port_bits=p.port_bits)
             m.d.comb += [counters.beat.eq(beat.valid & beat.ready), counters.busy.eq(unit.busy)]
@@ -279,7 +308,9 @@ class DraftEngine(wiring.Component):
         # The batch's inputs in two banks: begin_round fills the idle one and swaps only
         # once its checks pass, so a refused begin_round leaves the round in flight intact.
         slot_rd, slot_wr = memory("batch_slot", range(MAXB), 2 * MAXB)
-        seq_rd, seq_wr = memory("batch_seq_len", 32, 2 * MAXB)
+        seq_mem = m.submodules.batch_seq_len = Memory(shape=32, depth=2 * MAXB, init=[])
+        seq_rd, seq_wr = seq_mem.read_port(), seq_mem.write_port()
+        seq_k4_rd, seq_mask_rd = seq_mem.read_port(), seq_mem.read_port()  # K4's feeds
         pool_rd, pool_wr = memory("batch_pool", 32, 2 * MAXB)
         kv_rd, kv_wr = memory("batch_kv_slots", 32, 2 * MAXB * p.kv_slots)
         root_rd, root_wr = memory("batch_root", 32, MAXB)
@@ -290,6 +321,7 @@ class DraftEngine(wiring.Component):
         cache_rd, cache_wr = memory("k1_cache", data.ArrayLayout(32, K), MAXB)
         parent_rd, parent_wr = memory("k1_parents", data.ArrayLayout(k1.parent_width, K), MAXB)
         pool_seen_rd, pool_seen_wr = memory("pool_seen", 1, p.max_pool_rows)
+        locs_rd, locs_wr = memory("verify_cache_locs", 32, MAXB * MAXV)
 
         cmd = Signal(p.command_layout)
         status = Signal(3)
@@ -321,6 +353,20 @@ class DraftEngine(wiring.Component):
         result = Signal(k1.result_layout)
         ws_len = Signal(range(MAXV + K + 1))  # ws0 + K
         out_node = Signal(k2.host_response_layout)
+        vn = Signal(range(MAXV + 1))  # n, the verify-set size
+        mode = Signal(2)
+        mask_total = Signal(range(p.max_run_words * 4 + 1))  # bytes of the mask array
+        kv_total = Signal(range(p.max_run_words + 1))  # words of kv_indices
+        running = Signal(range(p.max_run_words * 4 + 1))  # a running sum
+        invalid = Signal()
+        k4_cmd_sent = Signal()
+        seq_b = Signal(range(MAXB + 1))  # K4's seq_lens feed
+        mask_b = Signal(range(MAXB + 1))  # request of the mask rows arriving
+        mask_rows = Signal(range(MAXV + 1))
+        flushed = Signal()
+        trees = Signal(range(MAXB * MAXV + 1))  # tree records written
+        tree_word = Signal(range(p.tree_words))
+        rsp_x = Signal(range(MAXN + 1))  # node answers forwarded in the current request
 
         cfg = self.config
         words_taken = words.valid & words.ready
@@ -359,6 +405,8 @@ class DraftEngine(wiring.Component):
                             m.next = "BEGIN_CHECK"
                         with m.Case(Opcode.DRAFT_DEPTH):
                             m.next = "DRAFT_CHECK"
+                        with m.Case(Opcode.BUILD_VERIFY):
+                            m.next = "VERIFY_CHECK"
                         with m.Default():
                             m.d.sync += status.eq(Status.BAD_ARGUMENT)
                             m.next = "COMPLETE"
@@ -524,7 +572,7 @@ class DraftEngine(wiring.Component):
             # --- draft_depth -------------------------------------------------------------
             with m.State("DRAFT_CHECK"):
                 m.d.sync += n.eq(width * K)
-                with m.If(phase == _Phase.IDLE):
+                with m.If((phase == _Phase.IDLE) | (phase == _Phase.BUILT)):
                     m.d.sync += status.eq(Status.BAD_PHASE)
                     m.next = "COMPLETE"
                 with m.Elif(cmd.width_given & (cmd.width > WM)):
@@ -732,8 +780,8 @@ class DraftEngine(wiring.Component):
                     m.d.sync += [phase.eq(_Phase.DRAFTED), stop_kind.eq(stop_reason)]
                     m.next = "COMPLETE"
                 with m.Else():
-                    m.d.comb += [fwriter.start.eq(1), fwriter.address.eq(cmd.address2),
-                                 fwriter.count.eq(batch * next_width * F)]
+                    m.d.comb += [rwriter.start.eq(1), rwriter.address.eq(cmd.address2),
+                                 rwriter.count.eq(batch * next_width * F)]
                     m.next = "FRONTIER_READ"
 
             with m.State("FRONTIER_READ"):
@@ -745,7 +793,7 @@ class DraftEngine(wiring.Component):
                              kv_rd.addr.eq(kv_row(b, input_count + j)),
                              k2.host_rsp.ready.eq(1)]
                 with m.If(b == batch):
-                    with m.If(~fwriter.busy):
+                    with m.If(~rwriter.busy):
                         m.d.sync += [width.eq(next_width), depth.eq(depth + 1),
                                      input_count.eq(input_count + next_width)]
                         m.next = "COMPLETE"
@@ -772,9 +820,9 @@ class DraftEngine(wiring.Component):
                                          + [mask_row.word_select(x, 32)
                                             if MI > 32 * x else Const(0, 32)
                                             for x in range(p.mask_words)])
-                    m.d.comb += [fwriter.words.valid.eq(1),
-                                 fwriter.words.payload.eq(record_words[i - 3])]
-                    with m.If(fwriter.words.ready):
+                    m.d.comb += [rwriter.words.valid.eq(1),
+                                 rwriter.words.payload.eq(record_words[i - 3])]
+                    with m.If(rwriter.words.ready):
                         m.d.sync += i.eq(i + 1)
                         with m.If(i == F + 2):
                             m.d.sync += i.eq(0)
@@ -790,12 +838,219 @@ class DraftEngine(wiring.Component):
                             with m.If(j == next_width - 1):
                                 m.d.sync += b.eq(b + 1)
 
+            # --- build_verify ------------------------------------------------------------
+            with m.State("VERIFY_CHECK"):
+                clamped = clamp_verify(verify_num)
+                size = Mux(cumu_count < clamped, cumu_count, clamped)
+                m.d.sync += [vn.eq(Mux(batch == 0, 0, size)), mode.eq(cmd.tree_mask_mode),
+                             invalid.eq(0), mask_total.eq(0), kv_total.eq(0), running.eq(0)]
+                with m.If(((phase != _Phase.DRAFTING) & (phase != _Phase.DRAFTED))
+                          | (depths_run == 0)):
+                    m.d.sync += status.eq(Status.BAD_PHASE)
+                    m.next = "COMPLETE"
+                with m.Elif(cmd.tree_mask_mode == 3):
+                    m.d.sync += status.eq(Status.BAD_ARGUMENT)
+                    m.next = "COMPLETE"
+                with m.Else():
+                    m.d.comb += [reader.start.eq(1), reader.address.eq(cmd.address0),
+                                 reader.count.eq(Mux(batch == 0, 0, batch * size))]
+                    m.next = "VERIFY_LOCS"
+
+            with m.State("VERIFY_LOCS"):
+                # The verify forward's KV slots, kept for kv_indices and req_to_token.
+                m.d.comb += [words.ready.eq(1), locs_wr.addr.eq(i), locs_wr.data.eq(words.payload),
+                             locs_wr.en.eq(words_taken)]
+                with m.If(words_taken):
+                    m.d.sync += i.eq(i + 1)
+                with m.If(~reader.busy & ~words.valid):
+                    m.d.sync += [b.eq(0), i.eq(0), j.eq(0)]
+                    m.next = "VERIFY_SIZES"
+
+            with m.State("VERIFY_SIZES"):
+                # mask bytes and kv_indices words of the batch (seq_len read a clock ahead)
+                m.d.comb += seq_rd.addr.eq(row(b))
+                with m.If(b == batch):
+                    m.d.sync += [b.eq(0), i.eq(0), j.eq(0), trees.eq(0), tree_word.eq(0),
+                                 k4_cmd_sent.eq(0), seq_b.eq(0), mask_b.eq(0),
+                                 mask_rows.eq(0), flushed.eq(0), rsp_x.eq(0)]
+                    m.d.comb += [rwriter.start.eq(1), rwriter.address.eq(cmd.address1),
+                                 rwriter.count.eq(batch * vn * p.tree_words),
+                                 mwriter.start.eq(1), mwriter.address.eq(cmd.address2),
+                                 mwriter.count.eq((mask_total + 3) >> 2)]
+                    m.next = "VERIFY_K4"
+                with m.Elif(j == 0):
+                    m.d.sync += j.eq(1)
+                with m.Else():
+                    row_bytes = Mux(mode == TreeMaskMode.FULL_MASK, seq_rd.data + vn,
+                                    Mux(mode == TreeMaskMode.QLEN_ONLY, vn, (vn + 7) >> 3))
+                    m.d.sync += [mask_total.eq(mask_total + vn * row_bytes),
+                                 kv_total.eq(kv_total + seq_rd.data + vn), b.eq(b + 1), j.eq(0)]
+
+            with m.State("VERIFY_K4"):
+                # (a) the command, then every request's nodes read out of K2 and its seq_len
+                kc = k4.cmd.payload
+                m.d.comb += [k4.cmd.valid.eq(~k4_cmd_sent), kc.batch_size.eq(batch),
+                             kc.cumu_count.eq(cumu_count), kc.verify_num.eq(verify_num),
+                             kc.tree_mask_mode.eq(mode)]
+                with m.If(k4.cmd.valid & k4.cmd.ready):
+                    m.d.sync += k4_cmd_sent.eq(1)
+                host = k2.host_cmd.payload
+                advance = k2.host_cmd.ready & (i == cumu_count - 1)
+                m.d.comb += [slot_rd.addr.eq(row(b + advance)), host.slot.eq(slot_rd.data),
+                             host.region.eq(Region.NODE), host.index.eq(i),
+                             k2.host_cmd.valid.eq(k4_cmd_sent & (b < batch))]
+                with m.If(k2.host_cmd.valid & k2.host_cmd.ready):
+                    m.d.sync += i.eq(Mux(i == cumu_count - 1, 0, i + 1))
+                    with m.If(i == cumu_count - 1):
+                        m.d.sync += b.eq(b + 1)
+                node = k4.nodes.payload
+                answer = k2.host_rsp.payload
+                m.d.comb += [k4.nodes.valid.eq(k2.host_rsp.valid),
+                             k2.host_rsp.ready.eq(k4.nodes.ready),
+                             node.token.eq(answer.tok), node.score.eq(answer.score),
+                             node.prev.eq(answer.prev), node.first.eq(rsp_x == 0),
+                             node.last.eq(rsp_x == cumu_count - 1)]
+                with m.If(k4.nodes.valid & k4.nodes.ready):
+                    m.d.sync += rsp_x.eq(Mux(rsp_x == cumu_count - 1, 0, rsp_x + 1))
+                m.d.comb += [seq_k4_rd.addr.eq(row(seq_b + (k4.seq_lens.valid
+                                                            & k4.seq_lens.ready))),
+                             k4.seq_lens.valid.eq(k4_cmd_sent & (seq_b < batch)),
+                             k4.seq_lens.payload.seq_len.eq(seq_k4_rd.data)]
+                with m.If(k4.seq_lens.valid & k4.seq_lens.ready):
+                    m.d.sync += seq_b.eq(seq_b + 1)
+                # (b) tree records, five words each
+                record = k4.tree.payload
+                tree_fields = Array([record.retrive_index, record.next_token,
+                                     record.next_sibling, record.position, record.draft_token])
+                m.d.comb += [rwriter.words.valid.eq(k4.tree.valid),
+                             rwriter.words.payload.eq(tree_fields[tree_word]),
+                             k4.tree.ready.eq(rwriter.words.ready
+                                              & (tree_word == p.tree_words - 1))]
+                with m.If(rwriter.words.valid & rwriter.words.ready):
+                    m.d.sync += tree_word.eq(Mux(tree_word == p.tree_words - 1, 0,
+                                                 tree_word + 1))
+                with m.If(k4.tree.valid & k4.tree.ready):
+                    m.d.sync += trees.eq(trees + 1)
+                    with m.If(record.invalid):
+                        m.d.sync += invalid.eq(1)
+                # (c) mask rows into bytes; the row width of the request they belong to
+                m.d.comb += [mask_bytes.mask.valid.eq(k4.mask.valid),
+                             mask_bytes.mask.payload.eq(k4.mask.payload),
+                             k4.mask.ready.eq(mask_bytes.mask.ready),
+                             seq_mask_rd.addr.eq(row(mask_b)),
+                             mask_bytes.packed.eq(mode == TreeMaskMode.QLEN_ONLY_BITPACKING),
+                             mask_bytes.columns.eq(Mux(mode == TreeMaskMode.FULL_MASK,
+                                                       seq_mask_rd.data + vn, vn))]
+                with m.If(k4.mask.valid & k4.mask.ready & k4.mask.payload.row_last):
+                    m.d.sync += mask_rows.eq(Mux(mask_rows == vn - 1, 0, mask_rows + 1))
+                    with m.If(mask_rows == vn - 1):
+                        m.d.sync += mask_b.eq(mask_b + 1)
+                with m.If((mask_b == batch) & ~flushed):
+                    m.d.comb += mask_bytes.flush.eq(1)
+                    m.d.sync += flushed.eq(1)
+                with m.If(flushed & (trees == batch * vn) & ~rwriter.busy & ~mwriter.busy
+                          & (b == batch) & (seq_b == batch)):
+                    m.d.sync += [b.eq(0), i.eq(0), j.eq(0), running.eq(0)]
+                    m.next = "VERIFY_INDPTR"
+
+            with m.State("VERIFY_INDPTR"):
+                # qo_indptr, kv_indptr, mask_indptr (B + 1 words each; j is the array)
+                m.d.comb += seq_rd.addr.eq(row(b))
+                with m.If(i == 0):
+                    m.d.comb += [rwriter.start.eq(1), rwriter.address.eq(cmd.address3),
+                                 rwriter.count.eq(3 * (batch + 1))]
+                    m.d.sync += i.eq(1)
+                with m.Elif(i == 1):  # seq_len of row b is being read
+                    m.d.sync += i.eq(2)
+                with m.Else():
+                    row_bytes = Mux(mode == TreeMaskMode.FULL_MASK, seq_rd.data + vn,
+                                    Mux(mode == TreeMaskMode.QLEN_ONLY, vn, (vn + 7) >> 3))
+                    step = Array([vn, seq_rd.data + vn, vn * row_bytes])[j]
+                    m.d.comb += [rwriter.words.valid.eq(1), rwriter.words.payload.eq(running)]
+                    with m.If(rwriter.words.ready):
+                        m.d.sync += [running.eq(running + step), b.eq(b + 1), i.eq(1)]
+                        with m.If(b == batch):
+                            m.d.sync += [running.eq(0), b.eq(0), j.eq(j + 1)]
+                            with m.If(j == 2):
+                                m.d.sync += [j.eq(0), i.eq(0)]
+                                m.next = "VERIFY_KV"
+
+            with m.State("VERIFY_KV"):
+                # kv_indices: per request the table row's first seq_len slots, then its
+                # verify KV slots (which VERIFY_TABLE writes to the row after them)
+                m.d.comb += [pool_rd.addr.eq(row(b)), seq_rd.addr.eq(row(b))]
+                with m.If(j == 0):
+                    with m.If(~rwriter.busy):
+                        m.d.comb += [rwriter.start.eq(1), rwriter.address.eq(cmd.address4),
+                                     rwriter.count.eq(kv_total)]
+                        m.d.sync += j.eq(1)
+                with m.Elif(b == batch):
+                    with m.If(~rwriter.busy):
+                        m.d.sync += [b.eq(0), i.eq(0), j.eq(0)]
+                        m.next = "VERIFY_TABLE"
+                with m.Elif(j == 1):  # pool and seq_len of row b are being read
+                    m.d.sync += j.eq(2)
+                with m.Elif(j == 2):
+                    m.d.comb += [reader.start.eq(1), reader.count.eq(seq_rd.data),
+                                 reader.address.eq(cfg.req_to_token
+                                                   + 4 * (pool_rd.data * cfg.context_len))]
+                    m.d.sync += j.eq(3)
+                with m.Elif(j == 3):  # the row's prefix, word for word
+                    m.d.comb += [rwriter.words.valid.eq(words.valid),
+                                 rwriter.words.payload.eq(words.payload),
+                                 words.ready.eq(rwriter.words.ready)]
+                    with m.If(~reader.busy & ~words.valid):
+                        m.d.sync += [j.eq(4), i.eq(0)]
+                with m.Else():  # then the request's verify slots (locs read a clock ahead)
+                    taken = rwriter.words.ready & (j == 5)
+                    m.d.comb += locs_rd.addr.eq(b * vn + i + taken)
+                    with m.If(j == 4):
+                        m.d.sync += j.eq(5)
+                    with m.Elif(i == vn):
+                        m.d.sync += [b.eq(b + 1), j.eq(1), i.eq(0)]
+                    with m.Else():
+                        m.d.comb += [rwriter.words.valid.eq(1),
+                                     rwriter.words.payload.eq(locs_rd.data)]
+                        with m.If(rwriter.words.ready):
+                            m.d.sync += i.eq(i + 1)
+
+            with m.State("VERIFY_TABLE"):
+                # req_to_token[pool, seq_len + x] = verify slot x (only for a valid tree)
+                m.d.comb += [pool_rd.addr.eq(row(b)), seq_rd.addr.eq(row(b))]
+                with m.If(invalid):
+                    m.d.sync += status.eq(Status.BAD_ARGUMENT)
+                    m.next = "COMPLETE"
+                with m.Elif(b == batch):
+                    with m.If(~twriter.busy):
+                        m.d.sync += [phase.eq(_Phase.BUILT), b.eq(0), i.eq(0), j.eq(0)]
+                        m.next = "COMPLETE"
+                with m.Elif(j == 0):
+                    m.d.sync += j.eq(1)
+                with m.Elif(j == 1):
+                    with m.If(~twriter.busy):
+                        row_word = pool_rd.data * cfg.context_len + seq_rd.data
+                        m.d.comb += [twriter.start.eq(1), twriter.count.eq(vn),
+                                     twriter.address.eq(cfg.req_to_token + 4 * row_word)]
+                        m.d.sync += [j.eq(2), i.eq(0)]
+                with m.Else():
+                    taken = twriter.words.ready & (j == 3)
+                    m.d.comb += locs_rd.addr.eq(b * vn + i + taken)
+                    with m.If(j == 2):
+                        m.d.sync += j.eq(3)
+                    with m.Elif(i == vn):
+                        m.d.sync += [b.eq(b + 1), j.eq(0), i.eq(0)]
+                    with m.Else():
+                        m.d.comb += [twriter.words.valid.eq(1),
+                                     twriter.words.payload.eq(locs_rd.data)]
+                        with m.If(twriter.words.ready):
+                            m.d.sync += i.eq(i + 1)
+
             with m.State("COMPLETE"):
                 out = self.completion.payload
                 m.d.comb += [self.completion.valid.eq(1), out.tag.eq(cmd.tag),
                              out.opcode.eq(cmd.opcode), out.status.eq(status),
                              out.next_tree_width.eq(next_width),
-                             out.stop_reason.eq(stop_reason)]
+                             out.stop_reason.eq(stop_reason), out.verify_size.eq(vn)]
                 with m.If(self.completion.ready):
                     m.next = "IDLE"
 
