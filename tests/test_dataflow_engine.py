@@ -11,13 +11,14 @@ from sim.dataflow.rounds import Scenario, check_step
 
 SMALL = dict(node_top_k=2, max_tree_width=2, max_depths=4, max_verify_num=6,
              max_node_count=24, max_input_size=6, max_batch=4, max_pool_rows=16,
-             address_width=20, port_bits=64)
+             address_width=20, port_bits=64, max_seq_len=64, max_vocab_size=128,
+             logit_port_bits=64)
 
 
 def run_scenario(parameters, *, seed, rounds, stall=0.0, **scenario):
     params = EngineParams(**parameters)
     dut = DraftEngine(**parameters)
-    memory = CardMemory(1 << 16, seed=seed, latency=(1, 6), stall=stall)
+    memory = CardMemory(1 << 18, seed=seed, latency=(1, 6), stall=stall)
     case = Scenario(params, memory, seed=seed, **scenario)
     counts = {"steps": 0}
 
@@ -27,13 +28,16 @@ def run_scenario(parameters, *, seed, rounds, stall=0.0, **scenario):
             await stream_put(ctx, dut.command, step.command)
             completion = await stream_get(ctx, dut.completion)
             check_step(step, {name: getattr(completion, name) for name in (
-                "tag", "status", "next_tree_width", "stop_reason", "verify_size")}, case.host)
+                "tag", "status", "next_tree_width", "stop_reason", "verify_size", "active_count",
+                "rows_read")}, case.host)
             counts["steps"] += 1
 
     simulate(dut, bench, background=[memory.serve_read(dut.read, params.port_bits),
                                      memory.serve_write(dut.result_write, params.port_bits),
                                      memory.serve_write(dut.mask_write, params.port_bits),
-                                     memory.serve_write(dut.table_write, params.port_bits)])
+                                     memory.serve_write(dut.table_write, params.port_bits),
+                                     *(memory.serve_read(port, params.logit_port_bits)
+                                       for port in dut.logits)])
     return counts["steps"]
 
 

@@ -25,14 +25,17 @@ import enum
 from dataclasses import asdict, dataclass
 from functools import cached_property
 
-from amaranth.hdl import Array, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from hw.kernels.active_slots import ActiveSlots
 from hw.kernels.score_sort import SORT_WIDTHS, ScoreSortParams, ScoreSortPipeline
 from hw.kernels.tree_mask import TreeMask, TreeMaskMode, TreeMaskParams
+from hw.kernels.tree_verify import TreeVerify, TreeVerifyParams
 from hw.kernels.update_state import Region, UpdateCumuDraftState, UpdateStateParams
+from hw.kernels.verify_result import VerifyResult, VerifyResultParams
 from hw.kernels.work_deltas import WorkDeltas, WorkDeltasParams
 from hw.lib.params import ParameterRecord, index_bits, parameter
 
@@ -61,6 +64,7 @@ class Opcode(enum.IntEnum):
     BEGIN_ROUND = 1
     DRAFT_DEPTH = 2
     BUILD_VERIFY = 3
+    VERIFY = 4
 
 
 class Status(enum.IntEnum):
@@ -115,10 +119,19 @@ class EngineParams(ParameterRecord):
     mask_lanes: int = parameter(64, "Mask columns per K4 mask word.", lo=8, hi=1024,
                                 power_of_two=True)
     max_seq_len: int = parameter(1 << 16, "Largest ``seq_len`` (sizes the FULL mask rows).")
+    max_vocab_size: int = parameter(131072, "Largest ``V`` the fused verify reads.",
+                                    hi=1 << 24)
+    logit_ports: int = parameter(2, "The fused verify's ``target_logits`` read ports.",
+                                 hi=64, power_of_two=True)
+    logit_port_bits: int = parameter(256, "Data bits per beat of a logits port.", lo=64,
+                                     hi=1024, power_of_two=True)
+    logit_format: str = parameter("float32", "Element type of ``target_logits``.",
+                                  choices=("float32", "bfloat16"))
 
     def check(self):
         UpdateStateParams(**self._k2_fields())
         self.k4  # noqa: B018 (checks MAXV <= MAXN)
+        self.verify  # noqa: B018
         ScoreSortParams(node_top_k=self.node_top_k, max_tree_width=self.max_tree_width,
                         sort_width=self.sort_width)
 
@@ -144,6 +157,30 @@ class EngineParams(ParameterRecord):
         return TreeMaskParams(max_node_count=self.max_node_count,
                               max_verify_num=self.max_verify_num, mask_lanes=self.mask_lanes,
                               max_batch_size=self.max_batch)
+
+    @cached_property
+    def verify(self) -> TreeVerifyParams:
+        return TreeVerifyParams(
+            max_nodes=max(2, self.max_verify_num), max_steps=self.max_steps,
+            max_vocab_size=self.max_vocab_size, read_ports=self.logit_ports,
+            port_bits=self.logit_port_bits, logit_format=self.logit_format,
+            address_width=self.address_width)
+
+    @cached_property
+    def k7(self) -> VerifyResultParams:
+        return VerifyResultParams(max_draft_tokens=self.max_verify_num,
+                                  max_speculative_tokens=self.max_steps,
+                                  max_batch_size=self.max_batch)
+
+    @property
+    def max_steps(self) -> int:
+        """Largest ``S``: depths run + 1."""
+        return max(2, self.max_depths + 1)
+
+    #: Header words of a verify request record (temperature, top_k, top_p, seed or final
+    #: coin, max_seq_len; then its ``n`` coins) and of a verify result record.
+    verify_request_words = 5
+    verify_result_words = 10
 
     @cached_property
     def k3(self) -> WorkDeltasParams:
@@ -201,6 +238,8 @@ class EngineParams(ParameterRecord):
         return data.StructLayout({
             "opcode": 4, "tag": 16, "batch_size": 16, "verify_num": signed(32),
             "depths": 8, "width": 8, "width_given": 1, "tree_mask_mode": 2,
+            "lfsr": 1, "eos_token_id": signed(32), "threshold_single": 32,
+            "threshold_acc": 32, "row_pitch": a,
             "address0": a, "address1": a, "address2": a, "address3": a, "address4": a,
         })
 
@@ -209,7 +248,8 @@ class EngineParams(ParameterRecord):
         """One completion: the command's ``tag`` and ``opcode``, ``status``, and for
         ``draft_depth`` the ``next_tree_width`` and ``stop_reason``."""
         return data.StructLayout({"tag": 16, "opcode": 4, "status": 3, "next_tree_width": 8,
-                                  "stop_reason": 3, "verify_size": 16})
+                                  "stop_reason": 3, "verify_size": 16, "active_count": 16,
+                                  "rows_read": 32})
 
     @cached_property
     def config_layout(self) -> data.StructLayout:
@@ -225,7 +265,8 @@ class EngineParams(ParameterRecord):
     @property
     def port_names(self) -> tuple[str, ...]:
         """The memory ports, in counter order."""
-        return ("read", "result_write", "mask_write", "table_write")
+        return ("read", "result_write", "mask_write", "table_write") + tuple(
+            f"logits{port}" for port in range(self.logit_ports))
 
 
 class DraftEngine(wiring.Component):
@@ -258,6 +299,7 @@ class DraftEngine(wiring.Component):
             "result_write": Out(write_port_signature(p.address_width, p.port_bits)),
             "mask_write": Out(write_port_signature(p.address_width, p.port_bits)),
             "table_write": Out(write_port_signature(p.address_width, p.port_bits)),
+            "logits": Out(p.verify.read_port).array(p.logit_ports),
             "counters": Out(data.ArrayLayout(counter_layout, len(p.port_names))),
         })
 
@@ -290,12 +332,21 @@ class DraftEngine(wiring.Component):
         wiring.connect(m, rwriter.port, wiring.flipped(self.result_write))
         wiring.connect(m, twriter.port, wiring.flipped(self.table_write))
         wiring.connect(m, mwriter.port, wiring.flipped(self.mask_write))
+        m.submodules.verify = tv = TreeVerify(**asdict(p.verify))
+        m.submodules.k7 = k7 = VerifyResult(**asdict(p.k7))
+        m.submodules.active = active = ActiveSlots(max_batch_size=MAXB)
+        for port in range(p.logit_ports):
+            wiring.connect(m, tv.read[port], wiring.flipped(self.logits[port]))
+        tv_busy = Signal()  # the fused verify has a request in flight
         for index, (name, unit, beat) in enumerate((
                 ("read", reader, self.read.r), ("result_write", rwriter, self.result_write.w),
                 ("mask_write", mwriter, self.mask_write.w),
+                *((f"logits{port}", None, self.logits[port].r)
+                  for port in range(p.logit_ports)),
                 ("table_write", twriter, self.table_write.w))):
             m.submodules[f"{name}_counters"] = counters = PortCounters(port_bits=p.port_bits)
-            m.d.comb += [counters.beat.eq(beat.valid & beat.ready), counters.busy.eq(unit.busy)]
+            busy = unit.busy if unit is not None else tv_busy
+            m.d.comb += [counters.beat.eq(beat.valid & beat.ready), counters.busy.eq(busy)]
             m.d.comb += [self.counters[index][field].eq(getattr(counters, field))
                          for field in ("beats", "bytes", "busy_cycles", "stall_cycles")]
         words = reader.words
@@ -322,6 +373,25 @@ class DraftEngine(wiring.Component):
         parent_rd, parent_wr = memory("k1_parents", data.ArrayLayout(k1.parent_width, K), MAXB)
         pool_seen_rd, pool_seen_wr = memory("pool_seen", 1, p.max_pool_rows)
         locs_rd, locs_wr = memory("verify_cache_locs", 32, MAXB * MAXV)
+        locs2_rd, locs2_wr = memory("verify_cache_locs_k7", 32, MAXB * MAXV)  # K7's copy
+        tree_layout = data.StructLayout({"token": 32, "index": 32, "next": signed(16),
+                                         "sibling": signed(16)})
+        vtree_rd, vtree_wr = memory("verify_tree", tree_layout, MAXB * MAXV)
+        VQ = p.verify_request_words + MAXV
+        vreq_mem = m.submodules.verify_requests = Memory(shape=32, depth=MAXB * VQ, init=[])
+        vreq_rd, vreq_wr = vreq_mem.read_port(), vreq_mem.write_port()
+        coin_rd = vreq_mem.read_port()
+        predicts_rd, predicts_wr = memory("predicts", 32, MAXB * MAXV)
+        vids_rd, vids_wr = memory("verified_ids", 32, MAXB * p.max_steps)
+        commit_rd, commit_wr = memory("commit_locs", 32, p.max_steps)
+        vres_layout = data.StructLayout({
+            "accept_token_num": 8, "accept_length": 8, "next_root": 32, "finished": 1,
+            "seq_len": 32, "nan": 1, "offset": 32, "rows": 16, "evict": MAXV})
+        vres_rd, vres_wr = memory("verify_results", vres_layout, MAXB)
+        accept_layout = data.ArrayLayout(32, p.max_steps)
+        accidx_rd, accidx_wr = memory("accept_index", accept_layout, MAXB)
+        inverse_rd, inverse_wr = memory("active_inverse", 32, MAXB)
+        aslot_rd, aslot_wr = memory("active_slots", 32, MAXB)
 
         cmd = Signal(p.command_layout)
         status = Signal(3)
@@ -367,6 +437,15 @@ class DraftEngine(wiring.Component):
         trees = Signal(range(MAXB * MAXV + 1))  # tree records written
         tree_word = Signal(range(p.tree_words))
         rsp_x = Signal(range(MAXN + 1))  # node answers forwarded in the current request
+        steps = Signal(range(p.max_steps + 1))  # S
+        accepted = Signal(8)
+        accept_row = Signal(accept_layout)
+        verified_total = Signal(32)
+        rows_read = Signal(32)
+        active_count = Signal(16)
+        res = Signal(vres_layout)
+        VQH = p.verify_request_words
+        header = Array(Signal(32, name=f"verify_header{x}") for x in range(VQH))
 
         cfg = self.config
         words_taken = words.valid & words.ready
@@ -377,6 +456,10 @@ class DraftEngine(wiring.Component):
 
         def kv_row(index, x, *, new=False):
             return row(index, new=new) * p.kv_slots + x
+
+        def unit_interval(bits):
+            """Whether float32 ``bits`` is a number in [0, 1] (-0.0 included, NaN not)."""
+            return (bits[:31] <= ONE_BITS) & (~bits[31] | (bits[:31] == 0))
 
         def clamp_verify(value):
             return Mux(value < 1, 1, Mux(value > MAXV, MAXV, value))
@@ -407,6 +490,8 @@ class DraftEngine(wiring.Component):
                             m.next = "DRAFT_CHECK"
                         with m.Case(Opcode.BUILD_VERIFY):
                             m.next = "VERIFY_CHECK"
+                        with m.Case(Opcode.VERIFY):
+                            m.next = "RUN_CHECK"
                         with m.Default():
                             m.d.sync += status.eq(Status.BAD_ARGUMENT)
                             m.next = "COMPLETE"
@@ -859,7 +944,8 @@ class DraftEngine(wiring.Component):
             with m.State("VERIFY_LOCS"):
                 # The verify forward's KV slots, kept for kv_indices and req_to_token.
                 m.d.comb += [words.ready.eq(1), locs_wr.addr.eq(i), locs_wr.data.eq(words.payload),
-                             locs_wr.en.eq(words_taken)]
+                             locs_wr.en.eq(words_taken), locs2_wr.addr.eq(i),
+                             locs2_wr.data.eq(words.payload), locs2_wr.en.eq(words_taken)]
                 with m.If(words_taken):
                     m.d.sync += i.eq(i + 1)
                 with m.If(~reader.busy & ~words.valid):
@@ -929,6 +1015,11 @@ class DraftEngine(wiring.Component):
                 with m.If(rwriter.words.valid & rwriter.words.ready):
                     m.d.sync += tree_word.eq(Mux(tree_word == p.tree_words - 1, 0,
                                                  tree_word + 1))
+                m.d.comb += [vtree_wr.addr.eq(trees), vtree_wr.data.token.eq(record.draft_token),
+                             vtree_wr.data.index.eq(record.retrive_index),
+                             vtree_wr.data.next.eq(record.next_token),
+                             vtree_wr.data.sibling.eq(record.next_sibling),
+                             vtree_wr.en.eq(k4.tree.valid & k4.tree.ready)]
                 with m.If(k4.tree.valid & k4.tree.ready):
                     m.d.sync += trees.eq(trees + 1)
                     with m.If(record.invalid):
@@ -1045,12 +1136,317 @@ class DraftEngine(wiring.Component):
                         with m.If(twriter.words.ready):
                             m.d.sync += i.eq(i + 1)
 
+            # --- verify ------------------------------------------------------------------
+            with m.State("RUN_CHECK"):
+                m.d.sync += [steps.eq(depths_run + 1), verified_total.eq(0), rows_read.eq(0),
+                             active_count.eq(0), bad_argument.eq(0), b.eq(0), i.eq(0), j.eq(0)]
+                with m.If(phase != _Phase.BUILT):
+                    m.d.sync += status.eq(Status.BAD_PHASE)
+                    m.next = "COMPLETE"
+                with m.Else():
+                    m.d.comb += [reader.start.eq(1), reader.address.eq(cmd.address0),
+                                 reader.count.eq(batch * (p.verify_request_words + vn))]
+                    m.next = "RUN_RECORDS"
+
+            with m.State("RUN_RECORDS"):
+                # request records (kept for the run) with golden.tree_verify's checks:
+                # temperature finite and >= 0, top_p and the thresholds in [0, 1]
+                m.d.comb += [words.ready.eq(1), vreq_wr.addr.eq(b * VQ + i),
+                             vreq_wr.data.eq(words.payload), vreq_wr.en.eq(words_taken)]
+                value = words.payload
+                not_finite = value[23:31] == 0xFF
+                negative = value[31] & (value[:31] != 0)  # -0.0 is >= 0
+                with m.If(words_taken):
+                    m.d.sync += i.eq(Mux(i == p.verify_request_words + vn - 1, 0, i + 1))
+                    with m.If(i == p.verify_request_words + vn - 1):
+                        m.d.sync += b.eq(b + 1)
+                    with m.If((i == 0) & (not_finite | negative)):
+                        m.d.sync += bad_argument.eq(1)
+                    with m.If((i == 2) & ~unit_interval(value)):
+                        m.d.sync += bad_argument.eq(1)
+                with m.If(~reader.busy & ~words.valid):
+                    threshold_bad = Signal()
+                    for threshold in (cmd.threshold_single, cmd.threshold_acc):
+                        with m.If(~unit_interval(threshold)):
+                            m.d.comb += threshold_bad.eq(1)
+                    m.d.sync += [b.eq(0), i.eq(0), j.eq(0)]
+                    with m.If(bad_argument | threshold_bad):
+                        m.d.sync += status.eq(Status.BAD_ARGUMENT)
+                        m.next = "COMPLETE"
+                    with m.Else():
+                        m.next = "RUN_K7_CMD"
+
+            with m.State("RUN_K7_CMD"):
+                c7 = k7.cmd.payload
+                m.d.comb += [k7.cmd.valid.eq(1), c7.batch_size.eq(batch),
+                             c7.num_draft_tokens.eq(vn), c7.num_speculative_tokens.eq(steps),
+                             c7.eos_token_id.eq(cmd.eos_token_id)]
+                with m.If(k7.cmd.ready):
+                    m.next = "RUN_REQUEST"
+
+            with m.State("RUN_REQUEST"):
+                # request b: clear its predicts row (the verify writes the accepted entries)
+                with m.If(b == batch):
+                    m.d.sync += [b.eq(0), i.eq(0), j.eq(0)]
+                    m.next = "RUN_ACTIVE"
+                with m.Elif(i == vn):
+                    m.d.sync += [i.eq(0), j.eq(0)]
+                    m.next = "RUN_HEADER"
+                with m.Else():
+                    m.d.comb += [predicts_wr.addr.eq(b * vn + i), predicts_wr.data.eq(0),
+                                 predicts_wr.en.eq(1)]
+                    m.d.sync += i.eq(i + 1)
+
+            with m.State("RUN_HEADER"):
+                # the request's five header words, one a clock, into `header`
+                m.d.comb += vreq_rd.addr.eq(b * VQ + j)
+                with m.If(j <= p.verify_request_words):
+                    m.d.sync += j.eq(j + 1)
+                with m.If(j >= 1):
+                    m.d.sync += header[j - 1].eq(vreq_rd.data)
+                with m.If(j == p.verify_request_words + 1):
+                    m.d.sync += [j.eq(0), i.eq(0), accepted.eq(0), accept_row.eq(0)]
+                    m.next = "RUN_TV_CMD"
+
+            with m.State("RUN_TV_CMD"):
+                tc = tv.cmd.payload
+                m.d.comb += [tv_busy.eq(1), tv.cmd.valid.eq(1), tc.lfsr.eq(cmd.lfsr),
+                             tc.nodes.eq(vn), tc.steps.eq(steps),
+                             tc.vocab_size.eq(cfg.vocab_size),
+                             tc.row_address.eq(cmd.address1 + b * vn * cmd.row_pitch),
+                             tc.row_pitch.eq(cmd.row_pitch), tc.temperature.eq(header[0]),
+                             tc.top_k.eq(header[1]), tc.top_p.eq(header[2]),
+                             tc.seed.eq(header[3]), tc.final_coin.eq(header[3]),
+                             tc.threshold_single.eq(cmd.threshold_single),
+                             tc.threshold_acc.eq(cmd.threshold_acc),
+                             vtree_rd.addr.eq(b * vn), coin_rd.addr.eq(b * VQ + VQH)]
+                with m.If(tv.cmd.ready):
+                    m.next = "RUN_TV_TREE"
+
+            with m.State("RUN_TV_TREE"):
+                beat = tv.tree.payload
+                taken = tv.tree.ready
+                m.d.comb += [tv_busy.eq(1), vtree_rd.addr.eq(b * vn + i + taken),
+                             coin_rd.addr.eq(b * VQ + VQH + i + taken),
+                             tv.tree.valid.eq(1), beat.candidate.eq(vtree_rd.data.token),
+                             beat.index.eq(vtree_rd.data.index),
+                             beat.next_token.eq(vtree_rd.data.next),
+                             beat.next_sibling.eq(vtree_rd.data.sibling),
+                             beat.coin.eq(coin_rd.data), beat.first.eq(i == 0),
+                             beat.last.eq(i == vn - 1)]
+                with m.If(taken):
+                    m.d.sync += i.eq(i + 1)
+                    with m.If(i == vn - 1):
+                        m.d.sync += i.eq(0)
+                        m.next = "RUN_TV_RESULT"
+
+            with m.State("RUN_TV_RESULT"):
+                out = tv.result.payload
+                m.d.comb += [tv_busy.eq(1), tv.result.ready.eq(1),
+                             predicts_wr.addr.eq(out.index), predicts_wr.data.eq(out.token),
+                             predicts_wr.en.eq(tv.result.valid)]
+                with m.If(tv.result.valid):
+                    m.d.sync += [accept_row[accepted[:max(1, (p.max_steps - 1).bit_length())]]
+                                 .eq(out.index), accepted.eq(accepted + 1)]
+                    with m.If(out.last):
+                        m.d.sync += [res.nan.eq(out.nan), i.eq(0), j.eq(0)]
+                        m.next = "RUN_TV_ROWS"
+
+            with m.State("RUN_TV_ROWS"):
+                m.d.sync += [res.rows.eq(tv.status.rows), rows_read.eq(rows_read + tv.status.rows)]
+                m.next = "RUN_K7_NODES"
+
+            with m.State("RUN_K7_NODES"):
+                # predicts and KV slots of the request's n positions (read a clock ahead)
+                node7 = k7.nodes.payload
+                taken = k7.nodes.valid & k7.nodes.ready
+                m.d.comb += [predicts_rd.addr.eq(b * vn + i + taken),
+                             locs2_rd.addr.eq(b * vn + i + taken),
+                             node7.predict.eq(predicts_rd.data),
+                             node7.cache_loc.eq(locs2_rd.data),
+                             node7.first.eq(i == 0), node7.last.eq(i == vn - 1),
+                             k7.nodes.valid.eq(j == 1)]
+                with m.If(j == 0):
+                    m.d.comb += [predicts_rd.addr.eq(b * vn), locs2_rd.addr.eq(b * vn)]
+                    m.d.sync += j.eq(1)
+                with m.Elif(taken):
+                    m.d.sync += i.eq(i + 1)
+                    with m.If(i == vn - 1):
+                        m.d.sync += [i.eq(0), j.eq(0)]
+                        m.next = "RUN_K7_REQUEST"
+
+            with m.State("RUN_K7_REQUEST"):
+                rq = k7.request.payload
+                m.d.comb += [pool_rd.addr.eq(row(b)), seq_rd.addr.eq(row(b))]
+                with m.If(j == 0):  # pool and seq_len are being read
+                    m.d.sync += j.eq(1)
+                with m.Else():
+                    m.d.comb += [k7.request.valid.eq(1), rq.accept_token_num.eq(accepted - 1),
+                                 rq.req_pool_index.eq(pool_rd.data), rq.seq_len.eq(seq_rd.data),
+                                 rq.max_seq_len.eq(header[4])]
+                    m.d.comb += [rq.accept_index[x].eq(accept_row[x])
+                                 for x in range(p.max_steps)]
+                    with m.If(k7.request.ready):
+                        m.d.sync += [j.eq(0), i.eq(0), res.accept_token_num.eq(accepted - 1)]
+                        m.d.comb += [accidx_wr.addr.eq(b), accidx_wr.data.eq(accept_row),
+                                     accidx_wr.en.eq(1)]
+                        m.next = "RUN_K7_OUT"
+
+            with m.State("RUN_K7_OUT"):
+                # the commits (verified ids and the KV slots of the accepted tokens), then the
+                # request's result
+                commit = k7.commit.payload
+                m.d.comb += [k7.commit.ready.eq(1), k7.result.ready.eq(1),
+                             vids_wr.addr.eq(commit.verified_index),
+                             vids_wr.data.eq(commit.verified_id),
+                             vids_wr.en.eq(k7.commit.valid), commit_wr.addr.eq(i),
+                             commit_wr.data.eq(commit.kv_loc), commit_wr.en.eq(k7.commit.valid)]
+                with m.If(k7.commit.valid):
+                    m.d.sync += i.eq(i + 1)
+                with m.If(k7.result.valid):
+                    r7 = k7.result.payload
+                    m.d.comb += [vres_wr.addr.eq(b), vres_wr.en.eq(1),
+                                 vres_wr.data.eq(res),
+                                 vres_wr.data.accept_length.eq(r7.accept_length),
+                                 vres_wr.data.next_root.eq(r7.next_root),
+                                 vres_wr.data.finished.eq(r7.finished),
+                                 vres_wr.data.seq_len.eq(r7.seq_len),
+                                 vres_wr.data.offset.eq(r7.verified_offset),
+                                 vres_wr.data.evict.eq(r7.evict),
+                                 seq_wr.addr.eq(row(b)), seq_wr.data.eq(r7.seq_len),
+                                 seq_wr.en.eq(1)]
+                    m.d.sync += [verified_total.eq(r7.verified_offset + r7.accept_length),
+                                 res.accept_length.eq(r7.accept_length), j.eq(0)]
+                    m.next = "RUN_TABLE"
+
+            with m.State("RUN_TABLE"):
+                # req_to_token[pool, old seq_len + x] = the accepted tokens' KV slots
+                m.d.comb += [pool_rd.addr.eq(row(b)), seq_rd.addr.eq(row(b))]
+                with m.If(j == 0):
+                    m.d.sync += j.eq(1)
+                with m.Elif(j == 1):
+                    with m.If(~twriter.busy):
+                        old_len = seq_rd.data - res.accept_length
+                        row_word = pool_rd.data * cfg.context_len + old_len
+                        m.d.comb += [twriter.start.eq(1), twriter.count.eq(res.accept_length),
+                                     twriter.address.eq(cfg.req_to_token + 4 * row_word)]
+                        m.d.sync += [j.eq(2), i.eq(0)]
+                with m.Else():
+                    taken = twriter.words.ready & (j == 3)
+                    m.d.comb += commit_rd.addr.eq(i + taken)
+                    with m.If(j == 2):
+                        m.d.sync += j.eq(3)
+                    with m.Elif(i == res.accept_length):
+                        m.d.sync += [b.eq(b + 1), j.eq(0), i.eq(0)]
+                        m.next = "RUN_REQUEST"
+                    with m.Else():
+                        m.d.comb += [twriter.words.valid.eq(1),
+                                     twriter.words.payload.eq(commit_rd.data)]
+                        with m.If(twriter.words.ready):
+                            m.d.sync += i.eq(i + 1)
+
+            with m.State("RUN_ACTIVE"):
+                # the compaction of the unfinished rows
+                m.d.comb += [active.cmd.valid.eq(j == 0), active.cmd.payload.batch_size.eq(batch),
+                             vres_rd.addr.eq(i + (active.finished.valid & active.finished.ready)),
+                             active.finished.valid.eq((j == 2) & (i < batch)),
+                             active.finished.payload.finished.eq(vres_rd.data.finished),
+                             active.inverse.ready.eq(1), active.slots.ready.eq(1),
+                             active.count.ready.eq(1)]
+                with m.If(j == 0):
+                    with m.If(active.cmd.ready):
+                        m.d.sync += j.eq(1)
+                with m.Elif(j == 1):
+                    m.d.comb += vres_rd.addr.eq(0)
+                    m.d.sync += j.eq(2)
+                with m.If(active.finished.valid & active.finished.ready):
+                    m.d.sync += i.eq(i + 1)
+                with m.If(active.inverse.valid):
+                    m.d.comb += [inverse_wr.addr.eq(b), inverse_wr.data.eq(
+                        active.inverse.payload.active_inverse), inverse_wr.en.eq(1)]
+                    m.d.sync += b.eq(b + 1)
+                with m.If(active.slots.valid):
+                    m.d.comb += [aslot_wr.addr.eq(rsp_x), aslot_wr.data.eq(
+                        active.slots.payload.active_slot), aslot_wr.en.eq(1)]
+                    m.d.sync += rsp_x.eq(rsp_x + 1)
+                with m.If(active.count.valid):
+                    m.d.sync += [active_count.eq(active.count.payload.active_count),
+                                 b.eq(0), i.eq(0), j.eq(0), rsp_x.eq(0)]
+                    m.next = "RUN_WRITE"
+
+            with m.State("RUN_WRITE"):
+                # result records: 10 header words, accept_index [S], predicts [n], evict bits
+                words_per = p.verify_result_words + steps + vn + ((vn + 31) >> 5)
+                m.d.comb += [vres_rd.addr.eq(b), accidx_rd.addr.eq(b), inverse_rd.addr.eq(b),
+                             aslot_rd.addr.eq(b)]
+                x, y, zz = (Signal(range(MAXV + p.max_steps + 64), name=name)
+                            for name in ("past_header", "predicts_index", "evict_index"))
+                m.d.comb += [x.eq(i - p.verify_result_words), y.eq(x - steps), zz.eq(y - vn)]
+                taken = rwriter.words.valid & rwriter.words.ready
+                m.d.comb += predicts_rd.addr.eq(b * vn + y + taken)
+                with m.If(j == 0):
+                    m.d.comb += [rwriter.start.eq(1), rwriter.address.eq(cmd.address2),
+                                 rwriter.count.eq(batch * words_per)]
+                    m.d.sync += j.eq(1)
+                with m.Elif(b == batch):
+                    with m.If(~rwriter.busy):
+                        m.d.sync += [j.eq(0), i.eq(0), b.eq(0)]
+                        m.next = "RUN_VERIFIED"
+                with m.Elif(j == 1):  # the request's rows are being read
+                    m.d.comb += predicts_rd.addr.eq(b * vn)
+                    m.d.sync += [j.eq(2), i.eq(0)]
+                with m.Else():
+                    r = vres_rd.data
+                    evict_words = -(-MAXV // 32)
+                    evict = Cat(r.evict, Const(0, 32 * evict_words - MAXV))
+                    evict_word = Signal(32)
+                    m.d.comb += evict_word.eq(evict.word_select(zz[:index_bits(evict_words)], 32)
+                                              if evict_words > 1 else evict)
+                    header_words = Array([r.accept_token_num, r.accept_length, r.next_root,
+                                          r.finished, r.seq_len, r.nan, r.offset,
+                                          aslot_rd.data, inverse_rd.data, r.rows])
+                    value = Signal(32)
+                    with m.If(i < p.verify_result_words):
+                        m.d.comb += value.eq(header_words[i])
+                    with m.Elif(x < steps):
+                        m.d.comb += value.eq(accidx_rd.data[x])
+                    with m.Elif(y < vn):
+                        m.d.comb += value.eq(predicts_rd.data)
+                    with m.Else():
+                        m.d.comb += value.eq(evict_word)
+                    m.d.comb += [rwriter.words.valid.eq(1), rwriter.words.payload.eq(value)]
+                    with m.If(rwriter.words.ready):
+                        m.d.sync += i.eq(i + 1)
+                        with m.If(i == words_per - 1):
+                            m.d.sync += [b.eq(b + 1), i.eq(0), j.eq(1)]
+
+            with m.State("RUN_VERIFIED"):
+                # verified_id, the accepted tokens of the batch in one list
+                taken = rwriter.words.ready & (j == 2)
+                m.d.comb += vids_rd.addr.eq(i + taken)
+                with m.If(j == 0):
+                    with m.If(~rwriter.busy):
+                        m.d.comb += [rwriter.start.eq(1), rwriter.address.eq(cmd.address3),
+                                     rwriter.count.eq(verified_total)]
+                        m.d.sync += j.eq(1)
+                with m.Elif(j == 1):
+                    m.d.sync += j.eq(2)
+                with m.Elif(i == verified_total):
+                    with m.If(~rwriter.busy & ~twriter.busy):
+                        m.d.sync += [phase.eq(_Phase.IDLE), j.eq(0), i.eq(0)]
+                        m.next = "COMPLETE"
+                with m.Else():
+                    m.d.comb += [rwriter.words.valid.eq(1), rwriter.words.payload.eq(vids_rd.data)]
+                    with m.If(rwriter.words.ready):
+                        m.d.sync += i.eq(i + 1)
+
             with m.State("COMPLETE"):
                 out = self.completion.payload
                 m.d.comb += [self.completion.valid.eq(1), out.tag.eq(cmd.tag),
                              out.opcode.eq(cmd.opcode), out.status.eq(status),
                              out.next_tree_width.eq(next_width),
-                             out.stop_reason.eq(stop_reason), out.verify_size.eq(vn)]
+                             out.stop_reason.eq(stop_reason), out.verify_size.eq(vn),
+                             out.active_count.eq(active_count), out.rows_read.eq(rows_read)]
                 with m.If(self.completion.ready):
                     m.next = "IDLE"
 

@@ -1,12 +1,17 @@
 """The engine's commands as a host issues them: argument records into card memory, command
-payloads, and the frontier records read back as ``golden.engine`` outputs (the memory formats
-of docs/engine.md)."""
+payloads, the frontier records read back as ``golden.engine`` outputs (the memory formats of
+docs/engine.md), and the runs of words each memory port moves for a command (what its
+``PortCounters`` must count)."""
 
 import numpy as np
 
+from golden.engine import Status
 from hw.dataflow.engine import EngineParams, Opcode, StopReason
 
-__all__ = ["EngineHost", "STOP_REASONS"]
+__all__ = ["EngineHost", "STOP_REASONS", "PORTS", "run_beats"]
+
+#: The engine's memory ports, in counter order (``EngineParams.port_names``).
+PORTS = ("read", "frontier_write", "table_write")
 
 #: ``completion.stop_reason`` -> the golden's ``stop_reason`` string.
 STOP_REASONS = {StopReason.NONE: "", StopReason.WIDTH_ZERO: "width_zero",
@@ -33,12 +38,26 @@ class EngineHost:
         self.table_address = memory.allocate("req_to_token", rows * context)
         memory.write_words(self.table_address, req_to_token.reshape(-1))
         p = params
+        context = req_to_token.shape[1]
         self.arguments = memory.allocate("arguments", p.max_batch * p.argument_words)
         self.probas = memory.allocate("probas", p.max_batch * p.max_candidates)
         self.tokens = memory.allocate("tokens", p.max_batch * p.max_candidates)
         self.frontier = memory.allocate("frontier",
                                         p.max_batch * p.max_tree_width * p.frontier_words)
+        v, b = p.max_verify_num, p.max_batch
+        self.verify_locs = memory.allocate("verify_cache_locs", b * v)
+        self.tree = memory.allocate("verify_tree", b * v * p.tree_words)
+        self.mask = memory.allocate("tree_mask", -(-b * v * (context + v) // 4))
+        self.indptrs = memory.allocate("indptrs", 3 * (b + 1))
+        self.kv_indices = memory.allocate("kv_indices", b * (context + v))
+        self.verify_requests = memory.allocate(
+            "verify_requests", b * (p.verify_request_words + v))
+        self.verify_results = memory.allocate("verify_results", b * (
+            p.verify_result_words + p.max_steps + v + -(-v // 32)))
+        self.verified_ids = memory.allocate("verified_id", b * p.max_steps)
+        self.logits = None  # allocated by the first verify (its size follows V)
         self._tag = 0
+        self._layouts = {}  # tag -> the runs of the command, by the stage that moves them
 
     def config(self, vocab_size, cost_per_node=0.0):
         """The ``config`` port's value."""
@@ -51,6 +70,9 @@ class EngineHost:
         self._tag = (self._tag + 1) & 0xFFFF
         return {"opcode": opcode, "tag": self._tag, **fields}
 
+    def _runs(self, tag, **runs):
+        self._layouts[tag] = runs
+
     def begin_round(self, slots, root_tokens, seq_lens, req_pool_indices, draft_cache_locs, *,
                     verify_num, depths):
         """Write the argument records; return the command."""
@@ -59,17 +81,137 @@ class EngineHost:
                                    draft_cache_locs]).astype(np.int64) if b else \
             np.zeros((0, self.params.argument_words), np.int64)
         self.memory.write_words(self.arguments, records.reshape(-1))
-        return self._command(Opcode.BEGIN_ROUND, batch_size=b, verify_num=verify_num,
-                             depths=depths, address0=self.arguments)
+        command = self._command(Opcode.BEGIN_ROUND, batch_size=b, verify_num=verify_num,
+                                depths=depths, address0=self.arguments)
+        p, context = self.params, self.table_shape[1]
+        self._runs(command["tag"],
+                   records=[(self.arguments, b * p.argument_words)] if b <= p.max_batch else [],
+                   table=[(self.table_address + 4 * (int(pool) * context + int(seq)), p.kv_slots)
+                          for pool, seq in zip(req_pool_indices, seq_lens, strict=True)])
+        return command
 
     def draft_depth(self, probas, tokens, *, width=None):
         """Write the draft model's top-K; return the command."""
         self.memory.write_words(self.probas, np.asarray(probas, np.float32).view(np.uint32)
                                 .reshape(-1))
         self.memory.write_words(self.tokens, np.asarray(tokens).reshape(-1))
-        return self._command(Opcode.DRAFT_DEPTH, width=0 if width is None else width,
-                             width_given=width is not None, address0=self.probas,
-                             address1=self.tokens, address2=self.frontier)
+        command = self._command(Opcode.DRAFT_DEPTH, width=0 if width is None else width,
+                                width_given=width is not None, address0=self.probas,
+                                address1=self.tokens, address2=self.frontier)
+        b, n = np.shape(probas) if np.ndim(probas) == 2 else (0, 0)
+        self._runs(command["tag"], tokens=[(self.tokens, b * n)],
+                   probas=[(self.probas + 4 * n * x, n) for x in range(b)], batch=b)
+        return command
+
+    def port_runs(self, command, status, *, next_tree_width=0, stop_reason=""):
+        """The runs ``(byte address, words)`` each port (``PORTS``) moves for ``command`` (one
+        this host built) that completed with ``status`` (the golden's; ``next_tree_width`` and
+        ``stop_reason`` of a ``draft_depth`` that succeeded).
+
+        ``begin_round``: its argument records in (unless ``batch_size`` exceeds
+        ``max_batch``: refused unread), and once every check passed each request's ``MI + 1``
+        KV slots into its ``req_to_token`` row. ``draft_depth``: nothing when refused for its
+        phase or width; else the tokens in (all of them, checked before anything is written),
+        and when they are good each request's probabilities, then the next frontier's records
+        out unless drafting stopped.
+        """
+        runs = {port: [] for port in PORTS}
+        layout = self._layouts[command["tag"]]
+        ok = status == Status.OK
+        if command["opcode"] == Opcode.BEGIN_ROUND:
+            runs["read"] = list(layout["records"])
+            if ok:
+                runs["table_write"] = list(layout["table"])
+        elif status in (Status.OK, Status.BAD_ARGUMENT):
+            runs["read"] = list(layout["tokens"])
+            if ok:
+                runs["read"] += layout["probas"]
+                if not stop_reason:
+                    runs["frontier_write"] = [
+                        (self.frontier,
+                         layout["batch"] * next_tree_width * self.params.frontier_words)]
+        return runs
+
+    def build_verify(self, tree_mask_mode, verify_cache_locs):
+        """Write the verify forward's KV slots; return the command."""
+        self.memory.write_words(self.verify_locs, np.asarray(verify_cache_locs).reshape(-1))
+        return self._command(Opcode.BUILD_VERIFY, tree_mask_mode=tree_mask_mode,
+                             address0=self.verify_locs, address1=self.tree,
+                             address2=self.mask, address3=self.indptrs,
+                             address4=self.kv_indices)
+
+    def row_pitch(self, vocab_size):
+        """Bytes between two ``target_logits`` rows: whole logits-port words."""
+        p = self.params
+        port_bytes = p.logit_port_bits // 8
+        element = 2 if p.logit_format == "bfloat16" else 4
+        return -(-vocab_size * element // port_bytes) * port_bytes
+
+    def verify(self, target_logits, temperatures, max_seq_lens, *, eos_token_id=-1,
+               uniform_samples=None, uniform_samples_for_final_sampling=None, seeds=None,
+               threshold_single=1.0, threshold_acc=1.0, top_k=None, top_p=None):
+        """Write the logits rows and the request records; return the command (arguments as
+        ``golden.engine.Engine.verify``)."""
+        p = self.params
+        b, n, vocab = target_logits.shape
+        pitch = self.row_pitch(vocab)
+        if self.logits is None:
+            self.logits = self.memory.allocate(
+                "target_logits", p.max_batch * p.max_verify_num * pitch // 4,
+                align=p.logit_port_bits // 8)
+        for row, values in enumerate(np.asarray(target_logits, np.float32).reshape(b * n, vocab)):
+            self.memory.write_words(self.logits + row * pitch, values.view(np.uint32))
+        f32 = lambda values: np.asarray(values, np.float32).view(np.uint32)  # noqa: E731
+        lfsr = seeds is not None
+        draw = np.asarray(seeds, np.int64) if lfsr else f32(uniform_samples_for_final_sampling)
+        coins = np.zeros((b, n), np.uint32) if lfsr else f32(uniform_samples).reshape(b, n)
+        records = np.column_stack([
+            f32(temperatures), np.zeros(b, np.int64) if top_k is None else top_k,
+            f32(np.ones(b) if top_p is None else top_p), draw, max_seq_lens,
+            coins]).astype(np.int64) if b else np.zeros((0, 5 + n), np.int64)
+        self.memory.write_words(self.verify_requests, records.reshape(-1))
+        return self._command(
+            Opcode.VERIFY, lfsr=lfsr, eos_token_id=eos_token_id,
+            threshold_single=int(f32(threshold_single)), threshold_acc=int(f32(threshold_acc)),
+            row_pitch=pitch, address0=self.verify_requests, address1=self.logits,
+            address2=self.verify_results, address3=self.verified_ids)
+
+    def run_outputs(self, batch_size, n, steps, verified_count):
+        """The arrays of the last ``verify`` as the golden's outputs."""
+        p = self.params
+        stride = p.verify_result_words + steps + n + -(-n // 32)
+        words = self.memory.read_words(self.verify_results, batch_size * stride) \
+            .reshape(batch_size, stride)
+        head, tail = words[:, :p.verify_result_words], words[:, p.verify_result_words:]
+        evict_words = tail[:, steps + n:].astype(np.int64) & 0xFFFF_FFFF
+        evict = np.array([[(int(row[i // 32]) >> (i % 32)) & 1 for i in range(n)]
+                          for row in evict_words], np.bool_).reshape(-1)
+        return {
+            "predicts": tail[:, steps:steps + n].reshape(-1), "accept_index": tail[:, :steps],
+            "accept_token_num": head[:, 0], "accept_length": head[:, 1],
+            "verified_id": self.memory.read_words(self.verified_ids, verified_count),
+            "next_root": head[:, 2], "evict_mask": evict, "finished": head[:, 3] != 0,
+            "seq_lens": head[:, 4], "active_slots": head[:, 7], "active_inverse": head[:, 8],
+            "nan_flags": head[:, 5] != 0, "rows_read": int(head[:, 9].sum()),
+        }
+
+    def verify_outputs(self, batch_size, n, tree_mask_mode):
+        """The arrays of the last ``build_verify`` as the golden's outputs."""
+        p = self.params
+        tree = self.memory.read_words(self.tree, batch_size * n * p.tree_words) \
+            .reshape(batch_size, n, p.tree_words)
+        indptrs = self.memory.read_words(self.indptrs, 3 * (batch_size + 1)) \
+            .reshape(3, batch_size + 1)
+        mask_bytes = int(indptrs[2, -1])
+        mask = self.memory.data[self.mask:self.mask + mask_bytes].copy()
+        return {
+            "n": n, "retrive_index": tree[:, :, 0], "retrive_next_token": tree[:, :, 1],
+            "retrive_next_sibling": tree[:, :, 2], "positions": tree[:, :, 3].reshape(-1),
+            "draft_tokens": tree[:, :, 4].reshape(-1),
+            "tree_mask": mask if tree_mask_mode == 2 else mask.astype(np.bool_),
+            "qo_indptr": indptrs[0], "kv_indptr": indptrs[1], "mask_indptr": indptrs[2],
+            "kv_indices": self.memory.read_words(self.kv_indices, int(indptrs[1, -1])),
+        }
 
     def frontier_outputs(self, batch_size, width, input_count):
         """The frontier records of the last ``draft_depth`` as the golden's outputs."""
@@ -90,3 +232,10 @@ class EngineHost:
         """The table as it stands in memory."""
         rows, context = self.table_shape
         return self.memory.read_words(self.table_address, rows * context).reshape(rows, context)
+
+
+def run_beats(runs, port_bits: int) -> int:
+    """Data beats a ``WordReader``/``WordWriter`` of ``port_bits`` moves for ``runs`` (``(byte
+    address, words)``): a run covers the port words from its first word's to its last's."""
+    lanes = port_bits // 32
+    return sum(-(-(address // 4 % lanes + words) // lanes) for address, words in runs if words)

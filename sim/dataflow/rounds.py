@@ -2,10 +2,13 @@
 comparison of the hardware's results with the golden's.
 
 ``Scenario`` draws rounds (a batch of random slots, request rows, sequence lengths, roots and
-KV slots, then depths of a synthetic draft model's top-K until a stop rule, sometimes with a
-forced width) and bad commands between them; each ``Step`` carries the golden's completion
+KV slots, then depths of a synthetic draft model's top-K until a stop rule or an early build,
+sometimes with a forced width, then ``build_verify`` in a random mask layout) and bad
+commands between them; each ``Step`` carries the golden's completion
 and the expected memory effects, which ``check_step`` compares bit for bit with what the
-hardware produced.
+hardware produced; ``check_port_counters`` checks the memory ports' counters against the runs
+the command moves (``EngineHost.port_runs``). ``Scenario.replay`` runs a case file's sequence
+(``sim.dataflow.cases``) the same way.
 """
 
 import random
@@ -15,9 +18,9 @@ import numpy as np
 
 from golden.engine import Engine, EngineConfig, Status
 
-from .host import STOP_REASONS, EngineHost
+from .host import PORTS, STOP_REASONS, EngineHost, run_beats
 
-__all__ = ["Scenario", "Step", "check_step", "engine_config"]
+__all__ = ["Scenario", "Step", "check_step", "check_port_counters", "engine_config"]
 
 
 def engine_config(params, vocab_size, cost_per_node=0.0) -> EngineConfig:
@@ -40,6 +43,9 @@ class Step:
     next_tree_width: int = 0
     stop_reason: str = ""
     frontier: dict = field(default_factory=dict)  # golden outputs (drafting went on)
+    verify: dict = field(default_factory=dict)  # golden outputs of build_verify
+    tree_mask_mode: int = 0
+    run: dict = field(default_factory=dict)  # golden outputs of verify
     input_count: int = 0  # the frontier's input count before the depth
     req_to_token: np.ndarray | None = None
 
@@ -139,7 +145,10 @@ class Scenario:
             if (r is None or r.phase.name != "DRAFTING") \
                     and self.choice.random() < self.bad_commands:
                 yield self._draft(*self._draft_inputs(0, 1), width=None)  # a phase error
-            yield self._begin(args)
+            step = self._begin(args)
+            yield step
+            if step.status == Status.OK and self.choice.random() < self.bad_commands:
+                yield self._build(0)  # nothing drafted yet: a phase error
             while True:
                 r = self.golden._round
                 b, w = r.frontier.node_ids.shape
@@ -151,10 +160,48 @@ class Scenario:
                     yield self._bad_draft(probas, tokens)
                 step = self._draft(probas, tokens, width=width)
                 yield step
-                if step.status != Status.OK or step.stop_reason or b == 0:
+                if step.status != Status.OK or step.stop_reason or b == 0 \
+                        or self.choice.random() < 0.15:  # build before drafting stops
                     break
-            if self.choice.random() < self.bad_commands:  # drafting is over
+            if self.choice.random() < self.bad_commands:
+                yield self._draft(probas, tokens, width=None)  # maybe after drafting stopped
+            if self.choice.random() < self.bad_commands:
+                yield self._build(3)  # a bad mask layout
+            yield self._build(int(self.rng.integers(0, 3)))
+            if self.choice.random() < self.bad_commands:  # built: drafting is a phase error
                 yield self._draft(probas, tokens, width=None)
+            if self.choice.random() < self.bad_commands:
+                yield self._verify(bad=True)  # a NaN temperature or top_p above 1
+            yield self._verify()
+            if self.choice.random() < self.bad_commands:
+                yield self._verify()  # verified: nothing is built any more
+
+    def replay(self, entries, *, where=""):
+        """Yield the ``Step`` s of a case's sequence (``sim.dataflow.cases.Entry`` s): its
+        commands as written, its ``rounds`` entries as ``steps``. A command the golden refuses
+        as a host error (an array of the wrong shape) raises ``ValueError`` naming its line."""
+        p = self.params
+        for entry in entries:
+            if entry.kind == "rounds":
+                yield from self.steps(entry.arguments["count"])
+                continue
+            args = dict(entry.arguments)
+            try:
+                if entry.kind == "begin_round":
+                    if not args["draft_cache_locs"].size:
+                        args["draft_cache_locs"] = np.zeros((0, p.kv_slots), np.int64)
+                    step = self._begin(args)
+                else:
+                    r = self.golden._round
+                    columns = p.node_top_k * (r.frontier.node_ids.shape[1] if r else 1)
+                    probas, tokens = args["probas"], args["tokens"]
+                    if not probas.size and not tokens.size:
+                        probas = np.zeros((0, columns), np.float32)
+                        tokens = np.zeros((0, columns), np.int64)
+                    step = self._draft(probas, tokens, width=args.get("width"))
+            except ValueError as error:
+                raise ValueError(f"{where}:{entry.line}: {entry.kind}: {error}") from error
+            yield step
 
     def _begin(self, args):
         completion = self.golden.begin_round(**args)
@@ -163,6 +210,65 @@ class Scenario:
             self._input_count = 1
         return Step("begin_round", command, completion.status,
                     req_to_token=self.golden.req_to_token.copy())
+
+    def _build(self, mode):
+        n = self.golden.verify_size()
+        b = 0 if self.golden._round is None else len(self.golden._round.slots)
+        locs = self.rng.integers(0, 1 << 20, b * n, dtype=np.int64)
+        completion = self.golden.build_verify(mode, locs)
+        step = Step("build_verify", self.host.build_verify(mode, locs), completion.status,
+                    req_to_token=self.golden.req_to_token.copy(), tree_mask_mode=mode)
+        if completion.ok:
+            step.verify = dict(completion.outputs)
+        return step
+
+    def _verify_arguments(self, b, n):
+        """A target model's logits (the draft tokens favoured, so that some are accepted)
+        and the sampling settings: greedy and sampling requests, top-k/top-p sometimes, coins
+        or LFSR seeds, length limits and an EOS token that finish some requests."""
+        rng, vocab = self.rng, self.vocab
+        r = self.golden._round
+        logits = rng.standard_normal((b, n, vocab)).astype(np.float32)
+        if b and r.verify:
+            drafts = r.verify["draft_tokens"].reshape(b, n)
+            for x in range(b):
+                logits[x][:, drafts[x]] += np.float32(rng.uniform(1, 5))
+        temperatures = np.where(rng.random(b) < 0.3, 0,
+                                rng.uniform(0.3, 1.5, b)).astype(np.float32)
+        args = {"target_logits": logits, "temperatures": temperatures,
+                "max_seq_lens": (r.seq_lens + rng.integers(1, r.depths_run + 3, b)
+                                 if b else np.zeros(0, np.int64)).astype(np.int64),
+                "eos_token_id": int(rng.choice([-1, int(rng.integers(0, vocab))])),
+                "threshold_single": float(self.choice.choice([1.0, 0.7])),
+                "threshold_acc": float(self.choice.choice([1.0, 0.5]))}
+        if self.choice.random() < 0.3:
+            args["top_k"] = rng.integers(-1, vocab + 2, b).astype(np.int32)
+        if self.choice.random() < 0.3:
+            args["top_p"] = rng.uniform(0.2, 1.0, b).astype(np.float32)
+        if self.choice.random() < 0.5:
+            args["seeds"] = rng.integers(0, 1 << 32, b, dtype=np.int64)
+        else:
+            args["uniform_samples"] = rng.random((b, n)).astype(np.float32)
+            args["uniform_samples_for_final_sampling"] = rng.random(b).astype(np.float32)
+        return args
+
+    def _verify(self, bad=False):
+        r = self.golden._round
+        b = 0 if r is None else len(r.slots)
+        n = r.verify["n"] if r is not None and r.verify else 1
+        args = self._verify_arguments(b, n)
+        if bad and b:
+            if self.choice.random() < 0.5:
+                args["temperatures"][int(self.rng.integers(0, b))] = np.nan
+            else:
+                args["top_p"] = np.full(b, 1.5, np.float32)
+        steps = r.depths_run + 1 if r is not None else 0
+        completion = self.golden.verify(**args)
+        step = Step("verify", self.host.verify(**args), completion.status,
+                    req_to_token=self.golden.req_to_token.copy())
+        if completion.ok:
+            step.run = dict(completion.outputs, n=n, steps=steps)
+        return step
 
     def _bad_draft(self, probas, tokens):
         if self.choice.random() < 0.5 and probas.size:
@@ -209,4 +315,45 @@ def check_step(step: Step, completion, host: EngineHost):
             for name, expected in step.frontier.items():
                 assert np.array_equal(got[name], expected), \
                     f"{where}: frontier `{name}`\n{got[name]}\ngolden\n{expected}"
+    if step.verify:
+        assert completion["verify_size"] == step.verify["n"], \
+            f"{where}: n {completion['verify_size']}, golden {step.verify['n']}"
+        b = len(step.verify["qo_indptr"]) - 1
+        got = host.verify_outputs(b, step.verify["n"], step.tree_mask_mode)
+        for name, expected in step.verify.items():
+            assert np.array_equal(got[name], expected) and (
+                np.asarray(got[name]).dtype == np.asarray(expected).dtype or name != "tree_mask"), \
+                f"{where}: `{name}`\n{got[name]}\ngolden\n{expected}"
+    if step.run:
+        run = step.run
+        b = len(run["accept_length"])
+        assert completion.get("active_count", run["active_count"][0]) == run["active_count"][0], \
+            f"{where}: active_count {completion['active_count']}, golden {run['active_count']}"
+        assert completion.get("rows_read", run["rows_read"]) == run["rows_read"], \
+            f"{where}: rows_read {completion['rows_read']}, golden {run['rows_read']}"
+        got = host.run_outputs(b, run["n"], run["steps"], len(run["verified_id"]))
+        for name, value in got.items():
+            assert np.array_equal(value, run[name]), \
+                f"{where}: `{name}`\n{value}\ngolden\n{run[name]}"
     assert np.array_equal(host.req_to_token(), step.req_to_token), f"{where}: req_to_token"
+
+
+def check_port_counters(step: Step, host: EngineHost, port_bits: int, before: dict,
+                        after: dict):
+    """Compare the ports' counters (port -> ``beats``, ``bytes``, ``busy_cycles``,
+    ``stall_cycles``) before and after ``step`` with the runs the command moves
+    (``EngineHost.port_runs`` on the golden's outcome): per port, the beats of those runs,
+    a whole port word per beat in bytes, and every busy clock either a beat or a stall."""
+    where = f"{step.name} (tag {step.command['tag']})"
+    runs = host.port_runs(step.command, step.status, next_tree_width=step.next_tree_width,
+                          stop_reason=step.stop_reason)
+    for port in PORTS:
+        delta = {name: after[port][name] - before[port][name] for name in after[port]}
+        beats = run_beats(runs[port], port_bits)
+        assert delta["beats"] == beats, \
+            f"{where}: port {port} moved {delta['beats']} beats, its runs {runs[port]} are {beats}"
+        assert delta["bytes"] == beats * port_bits // 8, \
+            f"{where}: port {port} counted {delta['bytes']} bytes for {beats} beats"
+        assert delta["busy_cycles"] - delta["stall_cycles"] == beats, \
+            f"{where}: port {port} busy {delta['busy_cycles']}, stalled " \
+            f"{delta['stall_cycles']} clocks for {beats} beats"
