@@ -1,0 +1,447 @@
+"""The engine's draft-side commands, ``begin_round`` and ``draft_depth``, as states of its
+sequencer (``hw.dataflow.engine.DraftEngine``; what each state does: docs/engine.md)."""
+
+from amaranth.hdl import Array, Const, Mux, Signal
+
+from hw.kernels.update_state import Region
+from hw.lib.params import index_bits
+
+from .commands import ONE_BITS, ROOT_SCORE_BITS, Phase, Status, StopReason
+from .runs import copy_words
+
+__all__ = ["begin_round_states", "draft_depth_states"]
+
+
+def begin_round_states(m, c):
+    """The sequencer states of ``begin_round``: read and check the argument records, then K2's
+    initial rows, the frontier's root and the round's KV slots into ``req_to_token``.
+
+    ``c`` holds the engine's shared signals, memories and kernels (``DraftEngine.elaborate``).
+    """
+    with m.State("BEGIN_CHECK"):
+        with m.If(c.cmd.batch_size > c.MAXB):
+            m.d.sync += c.status.eq(Status.BAD_SLOT)
+            m.next = "COMPLETE"
+        with m.Else():
+            m.d.comb += [c.reader.start.eq(1), c.reader.address.eq(c.cmd.address0),
+                         c.reader.count.eq(c.cmd.batch_size * c.R)]
+            m.next = "BEGIN_READ"
+
+    with m.State("BEGIN_READ"):
+        # Record b, word i: slot, root token, seq_len, pool row, then the KV slots.
+        m.d.comb += c.words.ready.eq(1)
+        value = c.words.payload
+        with m.If(c.words_taken):
+            m.d.sync += c.i.eq(Mux(c.i == c.R - 1, 0, c.i + 1))
+            with m.If(c.i < 4):
+                m.d.sync += c.record.word_select(c.i[:2], 32).eq(value)
+            with m.Else():
+                m.d.comb += [c.kv_wr.addr.eq(c.kv_row(c.b, c.i - 4, new=True)),
+                             c.kv_wr.data.eq(value), c.kv_wr.en.eq(1)]
+            with m.If(c.i == c.R - 1):
+                m.d.sync += c.b.eq(c.b + 1)
+            with m.If(c.i == 4):  # the first four words are in: check and store them
+                slot_v = c.record.word_select(0, 32)
+                root_v = c.record.word_select(1, 32)
+                seq_v = c.record.word_select(2, 32)
+                pool_v = c.record.word_select(3, 32)
+                in_range = slot_v < c.MAXB
+                with m.If(~in_range | (c.slot_seen.bit_select(slot_v[:index_bits(c.MAXB)], 1)
+                                       & in_range)):
+                    m.d.sync += c.bad_slot.eq(1)
+                with m.Else():
+                    m.d.sync += c.slot_seen.eq(
+                        c.slot_seen | (1 << slot_v[:index_bits(c.MAXB)]))
+                room = Const(max(c.p.kv_slots, c.MAXV), 33)
+                with m.If((root_v >= c.cfg.vocab_size) | (pool_v >= c.cfg.pool_rows)
+                          | (pool_v >= c.p.max_pool_rows)
+                          | (seq_v[31]) | (seq_v + room > c.cfg.context_len)):
+                    m.d.sync += c.bad_argument.eq(1)
+                new_row = c.row(c.b, new=True)
+                m.d.comb += [c.slot_wr.addr.eq(new_row), c.slot_wr.data.eq(slot_v),
+                             c.slot_wr.en.eq(1), c.seq_wr.addr.eq(new_row),
+                             c.seq_wr.data.eq(seq_v), c.seq_wr.en.eq(1),
+                             c.pool_wr.addr.eq(new_row), c.pool_wr.data.eq(pool_v),
+                             c.pool_wr.en.eq(1), c.root_wr.addr.eq(c.b), c.root_wr.data.eq(root_v),
+                             c.root_wr.en.eq(1)]
+        with m.If(~c.reader.busy & ~c.words.valid & (c.b == c.cmd.batch_size)):
+            m.d.sync += [c.b.eq(0), c.i.eq(0)]
+            m.next = "BEGIN_POOLS"
+
+    with m.State("BEGIN_POOLS"):
+        # Repeated pool rows: a bitmap over the rows, set here and cleared in
+        # BEGIN_CLEAR (2 clocks per request: read the row, then test and set).
+        m.d.comb += c.pool_rd.addr.eq(c.row(c.b, new=True))
+        with m.If(c.b == c.cmd.batch_size):
+            m.d.sync += c.b.eq(0)
+            m.next = "BEGIN_CLEAR"
+        with m.Elif(c.i == 0):
+            m.d.sync += c.i.eq(1)
+        with m.Elif(c.i == 1):
+            m.d.comb += c.pool_seen_rd.addr.eq(c.pool_rd.data)
+            m.d.sync += c.i.eq(2)
+        with m.Else():
+            row_ok = c.pool_rd.data < c.p.max_pool_rows
+            with m.If(row_ok & c.pool_seen_rd.data):
+                m.d.sync += c.bad_argument.eq(1)
+            m.d.comb += [c.pool_seen_wr.addr.eq(c.pool_rd.data), c.pool_seen_wr.data.eq(1),
+                         c.pool_seen_wr.en.eq(row_ok)]
+            m.d.sync += [c.b.eq(c.b + 1), c.i.eq(0)]
+
+    with m.State("BEGIN_CLEAR"):
+        m.d.comb += c.pool_rd.addr.eq(c.row(c.b, new=True))
+        with m.If(c.i == 0):
+            m.d.sync += c.i.eq(1)
+        with m.Else():
+            m.d.comb += [c.pool_seen_wr.addr.eq(c.pool_rd.data), c.pool_seen_wr.data.eq(0),
+                         c.pool_seen_wr.en.eq(c.pool_rd.data < c.p.max_pool_rows)]
+            m.d.sync += [c.b.eq(c.b + 1), c.i.eq(0)]
+        with m.If(c.b == c.cmd.batch_size):
+            m.d.sync += [c.b.eq(0), c.i.eq(0)]
+            with m.If(c.bad_slot):
+                m.d.sync += c.status.eq(Status.BAD_SLOT)
+                m.next = "COMPLETE"
+            with m.Elif(c.bad_argument | (c.cmd.depths == 0) | (c.cmd.depths > c.p.max_depths)):
+                m.d.sync += c.status.eq(Status.BAD_ARGUMENT)
+                m.next = "COMPLETE"
+            with m.Else():
+                m.next = "BEGIN_INIT"
+
+    with m.State("BEGIN_INIT"):
+        # Per request: K2 node 0 and the sort/work rows, the frontier's root; element
+        # i = 0: node 0; 1 .. MAXV: sort_scores; MAXV+1 .. 2*MAXV+K: work_scores.
+        m.d.comb += [c.slot_rd.addr.eq(c.row(c.b, new=True)), c.root_rd.addr.eq(c.b)]
+        host = c.k2.host_cmd.payload
+        last = 2 * c.MAXV + c.K
+        with m.If(c.b == c.cmd.batch_size):
+            m.d.sync += [c.b.eq(0), c.i.eq(0)]
+            m.next = "BEGIN_TABLE"
+        with m.Elif(c.j == 0):  # memories read for request b
+            m.d.sync += c.j.eq(1)
+        with m.Else():
+            m.d.comb += [c.k2.host_cmd.valid.eq(1), host.write.eq(1),
+                         host.slot.eq(c.slot_rd.data)]
+            with m.If(c.i == 0):
+                m.d.comb += [host.region.eq(Region.NODE), host.index.eq(0),
+                             host.tok.eq(c.root_rd.data), host.score.eq(ROOT_SCORE_BITS),
+                             host.delta.eq(0), host.prev.eq(-1), host.next.eq(-1),
+                             host.side.eq(-1)]
+            with m.Elif(c.i <= c.MAXV):
+                m.d.comb += [host.region.eq(Region.SORT), host.index.eq(c.i - 1),
+                             host.score.eq(Mux(c.i == 1, ROOT_SCORE_BITS, 0))]
+            with m.Else():
+                m.d.comb += [host.region.eq(Region.WORK), host.index.eq(c.i - 1 - c.MAXV),
+                             host.score.eq(Mux(c.i == c.MAXV + 1, ROOT_SCORE_BITS, 0))]
+            with m.If(c.k2.host_cmd.ready):
+                m.d.sync += c.i.eq(Mux(c.i == last, 0, c.i + 1))
+                with m.If(c.i == last):
+                    m.d.sync += [c.b.eq(c.b + 1), c.j.eq(0)]
+                    m.d.comb += [c.fscore_wr.addr.eq(c.b * c.WM), c.fscore_wr.data.eq(ONE_BITS),
+                                 c.fscore_wr.en.eq(1), c.fnode_wr.addr.eq(c.b * c.WM),
+                                 c.fnode_wr.data.eq(0), c.fnode_wr.en.eq(1),
+                                 c.fmask_wr.addr.eq(c.b * c.WM), c.fmask_wr.data.eq(0),
+                                 c.fmask_wr.en.eq(1)]
+        m.d.comb += c.k2.host_rsp.ready.eq(1)
+
+    with m.State("BEGIN_TABLE"):
+        # req_to_token[pool, seq_len + x] = kv slot x, x = 0..MI, one run per request.
+        m.d.comb += [c.pool_rd.addr.eq(c.row(c.b, new=True)),
+                     c.seq_rd.addr.eq(c.row(c.b, new=True))]
+        with m.If(c.b == c.cmd.batch_size):
+            with m.If(~c.twriter.busy):
+                m.d.sync += [c.phase.eq(Phase.DRAFTING), c.batch.eq(c.cmd.batch_size),
+                             c.bank.eq(~c.bank), c.depths_run.eq(0),
+                             c.verify_num.eq(c.cmd.verify_num), c.depths.eq(c.cmd.depths),
+                             c.depth.eq(1), c.width.eq(1), c.input_count.eq(1),
+                             c.cumu_count.eq(1), c.b.eq(0), c.i.eq(0), c.j.eq(0)]
+                m.next = "COMPLETE"
+        with m.Elif(c.j == 0):
+            m.d.sync += c.j.eq(1)
+        with m.Elif(c.j == 1):
+            with m.If(~c.twriter.busy):
+                row_word = c.pool_rd.data * c.cfg.context_len + c.seq_rd.data
+                m.d.comb += [c.twriter.start.eq(1), c.twriter.count.eq(c.p.kv_slots),
+                             c.twriter.address.eq(c.cfg.req_to_token + 4 * row_word)]
+                m.d.sync += [c.j.eq(2), c.i.eq(0)]
+        with m.Else():
+            with m.If(copy_words(m, step=c.j, at=2, index=c.i, count=c.p.kv_slots,
+                                 read=c.kv_rd, writer=c.twriter,
+                                 address=lambda x: c.kv_row(c.b, x, new=True))):
+                m.d.sync += [c.b.eq(c.b + 1), c.j.eq(0), c.i.eq(0)]
+
+
+def draft_depth_states(m, c):
+    """The sequencer states of ``draft_depth``: tokens (checked), then per request K1 and K2, K3
+    and the width policy, the stop rules and the next frontier's records.
+
+    ``c`` holds the engine's shared signals, memories and kernels (``DraftEngine.elaborate``).
+    """
+    with m.State("DRAFT_CHECK"):
+        m.d.sync += c.n.eq(c.width * c.K)
+        with m.If((c.phase == Phase.IDLE) | (c.phase == Phase.BUILT)):
+            m.d.sync += c.status.eq(Status.BAD_PHASE)
+            m.next = "COMPLETE"
+        with m.Elif(c.cmd.width_given & (c.cmd.width > c.WM)):
+            m.d.sync += c.status.eq(Status.BAD_WIDTH)
+            m.next = "COMPLETE"
+        with m.Elif(c.phase == Phase.DRAFTED):
+            m.d.sync += c.status.eq(Mux((c.stop_kind == StopReason.NODE_BUDGET)
+                                      | (c.stop_kind == StopReason.INPUT_BUDGET),
+                                      Status.NODE_BUDGET, Status.BAD_PHASE))
+            m.next = "COMPLETE"
+        with m.Else():
+            m.d.comb += [c.reader.start.eq(1), c.reader.address.eq(c.cmd.address1),
+                         c.reader.count.eq(c.batch * c.width * c.K)]
+            m.next = "DRAFT_TOKENS"
+
+    with m.State("DRAFT_TOKENS"):
+        # Every token of the depth is in (and checked) before anything is written.
+        m.d.comb += [c.words.ready.eq(1), c.token_wr.addr.eq(c.b * c.NM + c.i),
+                     c.token_wr.data.eq(c.words.payload), c.token_wr.en.eq(c.words_taken)]
+        with m.If(c.words_taken):
+            with m.If(c.words.payload >= c.cfg.vocab_size):  # unsigned: negatives too
+                m.d.sync += c.bad_argument.eq(1)
+            m.d.sync += c.i.eq(Mux(c.i == c.n - 1, 0, c.i + 1))
+            with m.If(c.i == c.n - 1):
+                m.d.sync += c.b.eq(c.b + 1)
+        with m.If(~c.reader.busy & ~c.words.valid & (c.b == c.batch)):
+            m.d.sync += [c.b.eq(0), c.i.eq(0)]
+            with m.If(c.bad_argument):
+                m.d.sync += c.status.eq(Status.BAD_ARGUMENT)
+                m.next = "COMPLETE"
+            with m.Elif(c.batch == 0):
+                m.d.sync += c.depths_run.eq(c.depths_run + 1)
+                m.next = "COMPLETE"
+            with m.Else():
+                m.next = "DRAFT_PROBAS"
+
+    with m.State("DRAFT_PROBAS"):
+        # Request b: its probabilities and the frontier's scores.
+        with m.If(c.b == c.batch):
+            m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0)]
+            m.next = "K3_COMMAND"
+        with m.Elif(c.j == 0):
+            m.d.comb += [c.reader.start.eq(1), c.reader.count.eq(c.n),
+                         c.reader.address.eq(c.cmd.address0 + 4 * (c.b * c.n))]
+            m.d.sync += [c.j.eq(1), c.i.eq(0)]
+        with m.Else():
+            m.d.comb += c.words.ready.eq(1)
+            with m.If(c.words_taken):
+                m.d.sync += [c.probas[c.i].eq(c.words.payload), c.i.eq(c.i + 1)]
+            # the frontier scores, one per clock (a clock behind their read)
+            m.d.comb += c.fscore_rd.addr.eq(c.b * c.WM + c.j - 1)
+            with m.If(c.j <= c.WM + 1):
+                m.d.sync += c.j.eq(c.j + 1)
+            with m.If((c.j >= 2) & (c.j <= c.WM + 1)):
+                m.d.sync += c.parent_scores[c.j - 2].eq(c.fscore_rd.data)
+            with m.If(~c.reader.busy & ~c.words.valid & (c.j == c.WM + 2)):
+                m.d.sync += [c.j.eq(0), c.i.eq(0)]
+                m.next = "K1"
+
+    with m.State("K1"):
+        req = c.k1.i.payload
+        m.d.comb += [c.k1.i.valid.eq(1), req.tree_width.eq(c.width),
+                     req.cumu_count.eq(c.cumu_count), req.first.eq(c.b == 0),
+                     req.last.eq(c.b == c.batch - 1)]
+        m.d.comb += [req.probas[t].eq(c.probas[t]) for t in range(c.NM)]
+        m.d.comb += [req.parent_scores[w].eq(c.parent_scores[w]) for w in range(c.WM)]
+        with m.If(c.k1.i.ready):
+            m.next = "K1_RESULT"
+
+    with m.State("K1_RESULT"):
+        m.d.comb += c.k1.o.ready.eq(1)
+        with m.If(c.k1.o.valid):
+            m.d.sync += c.result.eq(c.k1.o.payload)
+            m.d.comb += [c.cache_wr.addr.eq(c.b), c.cache_wr.data.eq(c.k1.o.payload.cache),
+                         c.cache_wr.en.eq(1), c.parent_wr.addr.eq(c.b),
+                         c.parent_wr.data.eq(c.k1.o.payload.parents), c.parent_wr.en.eq(1)]
+            m.d.sync += c.i.eq(0)
+            m.next = "K2_PREFETCH"
+
+    with m.State("K2_PREFETCH"):
+        m.d.comb += [c.token_rd.addr.eq(c.b * c.NM), c.fnode_rd.addr.eq(c.b * c.WM),
+                     c.fmask_rd.addr.eq(c.b * c.WM), c.slot_rd.addr.eq(c.row(c.b))]
+        m.next = "K2_SEND"
+
+    with m.State("K2_SEND"):
+        # Beat i of request b; the memories are read one beat ahead.
+        beat = c.k2.req.payload
+        taken = c.k2.req.ready
+        ahead = c.i + taken
+        m.d.comb += [c.token_rd.addr.eq(c.b * c.NM + ahead), c.fnode_rd.addr.eq(c.b * c.WM + ahead),
+                     c.fmask_rd.addr.eq(c.b * c.WM + ahead), c.slot_rd.addr.eq(c.row(c.b))]
+        m.d.comb += [
+            c.k2.req.valid.eq(1), beat.first.eq(c.i == 0), beat.last.eq(c.i == c.n - 1),
+            beat.proba.eq(c.result.curr[c.i]), beat.token.eq(c.token_rd.data),
+            beat.sorted_score.eq(c.result.scores[c.i]),
+            beat.sorted_index.eq(c.result.indices[c.i]),
+            beat.parent_index.eq(c.result.parents[c.i]),
+            beat.topk_index.eq(c.fnode_rd.data), beat.mask.eq(c.fmask_rd.data),
+        ]
+        with m.If(taken):
+            m.d.sync += c.i.eq(c.i + 1)
+            with m.If(c.i == c.n - 1):
+                m.d.sync += c.i.eq(0)
+                m.next = "K2_DONE"
+
+    with m.State("K2_DONE"):
+        m.d.comb += c.k2.done.ready.eq(1)
+        with m.If(c.k2.done.valid):
+            m.d.sync += [c.i.eq(0), c.j.eq(0)]
+            with m.If(c.depth == 1):
+                m.next = "RAW_SCORES"
+            with m.Else():
+                m.d.sync += c.b.eq(c.b + 1)
+                m.next = "DRAFT_PROBAS"
+
+    with m.State("RAW_SCORES"):
+        # Depth 1 keeps the raw probabilities as the new nodes' cumu_scores
+        # (golden.draft_round): read node cumu_count + i, write it back re-scored.
+        host = c.k2.host_cmd.payload
+        m.d.comb += [c.slot_rd.addr.eq(c.row(c.b)), host.slot.eq(c.slot_rd.data),
+                     host.region.eq(Region.NODE), host.index.eq(c.cumu_count + c.i),
+                     c.k2.host_rsp.ready.eq(1)]
+        with m.If(c.j == 0):  # read
+            m.d.comb += c.k2.host_cmd.valid.eq(1)
+            with m.If(c.k2.host_cmd.ready):
+                m.d.sync += c.j.eq(1)
+        with m.Elif(c.j == 1):
+            with m.If(c.k2.host_rsp.valid):
+                m.d.sync += [c.out_node.eq(c.k2.host_rsp.payload), c.j.eq(2)]
+        with m.Elif(c.j == 2):  # write back
+            m.d.comb += [c.k2.host_cmd.valid.eq(1), host.write.eq(1),
+                         host.tok.eq(c.out_node.tok), host.score.eq(c.probas[c.i]),
+                         host.delta.eq(c.out_node.delta), host.prev.eq(c.out_node.prev),
+                         host.next.eq(c.out_node.next), host.side.eq(c.out_node.side)]
+            with m.If(c.k2.host_cmd.ready):
+                m.d.sync += c.j.eq(3)
+        with m.Else():
+            with m.If(c.k2.host_rsp.valid):
+                m.d.sync += [c.j.eq(0), c.i.eq(c.i + 1)]
+                with m.If(c.i == c.n - 1):
+                    m.d.sync += [c.i.eq(0), c.b.eq(c.b + 1)]
+                    m.next = "DRAFT_PROBAS"
+
+    with m.State("K3_COMMAND"):
+        k3_cmd = c.k3.cmd.payload
+        m.d.comb += [c.k3.cmd.valid.eq(1), k3_cmd.batch_size.eq(c.batch),
+                     k3_cmd.cumu_count.eq(c.cumu_count), k3_cmd.verify_num.eq(c.verify_num),
+                     k3_cmd.cost_per_node.eq(c.cfg.cost_per_node)]
+        clamped = c.clamp_verify(c.verify_num)
+        m.d.sync += c.ws_len.eq(Mux(c.cumu_count < clamped, c.cumu_count, clamped) + c.K)
+        m.d.comb += c.slot_rd.addr.eq(c.row(0))
+        with m.If(c.k3.cmd.ready):
+            m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0)]
+            m.next = "K3_ROWS"
+
+    with m.State("K3_ROWS"):
+        # work_scores[slot, 0 .. ws0+K-1] of every request from K2's memory into K3:
+        # reads issued by (b, i), answers forwarded by their count j.
+        host = c.k2.host_cmd.payload
+        m.d.comb += [c.slot_rd.addr.eq(c.row(c.b + (c.k2.host_cmd.ready & (c.i == c.ws_len - 1)))),
+                     host.slot.eq(c.slot_rd.data), host.region.eq(Region.WORK),
+                     host.index.eq(c.i), c.k2.host_cmd.valid.eq(c.b < c.batch)]
+        with m.If(c.k2.host_cmd.valid & c.k2.host_cmd.ready):
+            m.d.sync += c.i.eq(Mux(c.i == c.ws_len - 1, 0, c.i + 1))
+            with m.If(c.i == c.ws_len - 1):
+                m.d.sync += c.b.eq(c.b + 1)
+        beat = c.k3.scores.payload
+        m.d.comb += [c.k3.scores.valid.eq(c.k2.host_rsp.valid),
+                     c.k2.host_rsp.ready.eq(c.k3.scores.ready),
+                     beat.scores[0].eq(c.k2.host_rsp.payload.score)]
+        # j counts answers within the current row
+        m.d.comb += [beat.first.eq(c.j == 0), beat.last.eq(c.j == c.ws_len - 1)]
+        with m.If(c.k3.scores.valid & c.k3.scores.ready):
+            m.d.sync += c.j.eq(Mux(c.j == c.ws_len - 1, 0, c.j + 1))
+        with m.If((c.b == c.batch) & ~c.k2.host_rsp.valid & (c.j == 0)
+                  & ~(c.k2.host_cmd.valid)):
+            m.d.sync += [c.i.eq(0), c.j.eq(0)]
+            m.next = "K3_RESULT"
+
+    with m.State("K3_RESULT"):
+        m.d.comb += c.k3.deltas.ready.eq(1)
+        with m.If(c.k3.deltas.valid & c.k3.deltas.payload.last):
+            policy = c.k3.deltas.payload.next_width
+            chosen = Mux(c.cmd.width_given, c.cmd.width,
+                         Mux(policy > c.WM, c.WM, policy))
+            m.d.sync += c.next_width.eq(chosen)
+            m.next = "DECIDE"
+
+    with m.State("DECIDE"):
+        new_count = c.cumu_count + c.n
+        m.d.sync += [c.cumu_count.eq(new_count), c.depths_run.eq(c.depths_run + 1), c.b.eq(0),
+                     c.i.eq(0), c.j.eq(0)]
+        with m.If(c.next_width == 0):
+            m.d.sync += c.stop_reason.eq(StopReason.WIDTH_ZERO)
+        with m.Elif(c.depth >= c.depths):
+            m.d.sync += c.stop_reason.eq(StopReason.DEPTHS)
+        with m.Elif(new_count + c.next_width * c.K > c.MAXN):
+            m.d.sync += c.stop_reason.eq(StopReason.NODE_BUDGET)
+        with m.Elif(c.input_count + c.next_width > c.MI + 1):
+            m.d.sync += c.stop_reason.eq(StopReason.INPUT_BUDGET)
+        m.next = "STOP_OR_FRONTIER"
+
+    with m.State("STOP_OR_FRONTIER"):
+        with m.If(c.stop_reason != StopReason.NONE):
+            m.d.sync += [c.phase.eq(Phase.DRAFTED), c.stop_kind.eq(c.stop_reason)]
+            m.next = "COMPLETE"
+        with m.Else():
+            m.d.comb += [c.rwriter.start.eq(1), c.rwriter.address.eq(c.cmd.address2),
+                         c.rwriter.count.eq(c.batch * c.next_width * c.F)]
+            m.next = "FRONTIER_READ"
+
+    with m.State("FRONTIER_READ"):
+        # Output j of request b: K2's output row, then the record's words.
+        host = c.k2.host_cmd.payload
+        m.d.comb += [c.slot_rd.addr.eq(c.row(c.b)), host.slot.eq(c.slot_rd.data),
+                     host.region.eq(Region.OUTPUT), host.index.eq(c.j),
+                     c.cache_rd.addr.eq(c.b), c.parent_rd.addr.eq(c.b),
+                     c.seq_rd.addr.eq(c.row(c.b)),
+                     c.kv_rd.addr.eq(c.kv_row(c.b, c.input_count + c.j)),
+                     c.k2.host_rsp.ready.eq(1)]
+        with m.If(c.b == c.batch):
+            with m.If(~c.rwriter.busy):
+                m.d.sync += [c.width.eq(c.next_width), c.depth.eq(c.depth + 1),
+                             c.input_count.eq(c.input_count + c.next_width)]
+                m.next = "COMPLETE"
+        with m.Elif(c.i == 0):  # the memories are read for (b, j)
+            m.d.sync += c.i.eq(1)
+        with m.Elif(c.i == 1):
+            m.d.comb += c.k2.host_cmd.valid.eq(1)
+            with m.If(c.k2.host_cmd.ready):
+                m.d.sync += c.i.eq(2)
+        with m.Elif(c.i == 2):
+            with m.If(c.k2.host_rsp.valid):
+                m.d.sync += [c.out_node.eq(c.k2.host_rsp.payload), c.i.eq(3)]
+        with m.Else():
+            # word i - 3 of the record
+            old = Signal(range(c.MI + 1))  # mask columns before this depth
+            mask_row = Signal(max(1, c.MI))
+            m.d.comb += [old.eq(c.input_count - 1),
+                         mask_row.eq((c.out_node.mask & ((Const(1, c.MI + 1) << old) - 1))
+                                     | (Const(1, c.MI + 1) << (old + c.j)))]
+            cache = Array(c.cache_rd.data[k] for k in range(c.K))
+            parents = Array(c.parent_rd.data[k] for k in range(c.K))
+            record_words = Array([c.out_node.tok, parents[c.j], cache[c.j],
+                                  c.seq_rd.data + c.depth, c.kv_rd.data]
+                                 + [mask_row.word_select(x, 32)
+                                    if c.MI > 32 * x else Const(0, 32)
+                                    for x in range(c.p.mask_words)])
+            m.d.comb += [c.rwriter.words.valid.eq(1),
+                         c.rwriter.words.payload.eq(record_words[c.i - 3])]
+            with m.If(c.rwriter.words.ready):
+                m.d.sync += c.i.eq(c.i + 1)
+                with m.If(c.i == c.F + 2):
+                    m.d.sync += c.i.eq(0)
+                    # the next frontier, in place of the one just used
+                    m.d.comb += [
+                        c.fscore_wr.addr.eq(c.b * c.WM + c.j),
+                        c.fscore_wr.data.eq(c.out_node.score),
+                        c.fscore_wr.en.eq(1),
+                        c.fnode_wr.addr.eq(c.b * c.WM + c.j), c.fnode_wr.data.eq(cache[c.j]),
+                        c.fnode_wr.en.eq(1),
+                        c.fmask_wr.addr.eq(c.b * c.WM + c.j), c.fmask_wr.data.eq(mask_row),
+                        c.fmask_wr.en.eq(1)]
+                    m.d.sync += c.j.eq(Mux(c.j == c.next_width - 1, 0, c.j + 1))
+                    with m.If(c.j == c.next_width - 1):
+                        m.d.sync += c.b.eq(c.b + 1)

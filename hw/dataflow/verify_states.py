@@ -1,0 +1,515 @@
+"""The engine's verify-side commands, ``build_verify`` and ``verify``, as states of its
+sequencer (``hw.dataflow.engine.DraftEngine``; what each state does: docs/engine.md)."""
+
+from amaranth.hdl import Array, Cat, Const, Mux, Signal
+
+from hw.kernels.tree_mask import TreeMaskMode
+from hw.kernels.update_state import Region
+from hw.lib.params import index_bits
+
+from .commands import Phase, Status
+from .runs import copy_words
+
+__all__ = ["build_verify_states", "verify_states"]
+
+
+def build_verify_states(m, c):
+    """The sequencer states of ``build_verify``: K4 on every request's nodes, the tree records,
+    mask bytes, indptrs and ``kv_indices``, ``req_to_token`` last.
+
+    ``c`` holds the engine's shared signals, memories and kernels (``DraftEngine.elaborate``).
+    """
+    with m.State("VERIFY_CHECK"):
+        clamped = c.clamp_verify(c.verify_num)
+        size = Mux(c.cumu_count < clamped, c.cumu_count, clamped)
+        m.d.sync += [c.vn.eq(Mux(c.batch == 0, 0, size)), c.mode.eq(c.cmd.tree_mask_mode),
+                     c.invalid.eq(0), c.mask_total.eq(0), c.kv_total.eq(0), c.running.eq(0)]
+        with m.If(((c.phase != Phase.DRAFTING) & (c.phase != Phase.DRAFTED))
+                  | (c.depths_run == 0)):
+            m.d.sync += c.status.eq(Status.BAD_PHASE)
+            m.next = "COMPLETE"
+        with m.Elif(c.cmd.tree_mask_mode == 3):
+            m.d.sync += c.status.eq(Status.BAD_ARGUMENT)
+            m.next = "COMPLETE"
+        with m.Else():
+            m.d.comb += [c.reader.start.eq(1), c.reader.address.eq(c.cmd.address0),
+                         c.reader.count.eq(Mux(c.batch == 0, 0, c.batch * size))]
+            m.next = "VERIFY_LOCS"
+
+    with m.State("VERIFY_LOCS"):
+        # The verify forward's KV slots, kept for kv_indices and req_to_token.
+        m.d.comb += [c.words.ready.eq(1), c.locs_wr.addr.eq(c.i),
+                     c.locs_wr.data.eq(c.words.payload),
+                     c.locs_wr.en.eq(c.words_taken), c.locs2_wr.addr.eq(c.i),
+                     c.locs2_wr.data.eq(c.words.payload), c.locs2_wr.en.eq(c.words_taken)]
+        with m.If(c.words_taken):
+            m.d.sync += c.i.eq(c.i + 1)
+        with m.If(~c.reader.busy & ~c.words.valid):
+            m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0)]
+            m.next = "VERIFY_SIZES"
+
+    with m.State("VERIFY_SIZES"):
+        # mask bytes and kv_indices words of the batch (seq_len read a clock ahead)
+        m.d.comb += c.seq_rd.addr.eq(c.row(c.b))
+        with m.If(c.b == c.batch):
+            m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0), c.trees.eq(0), c.tree_word.eq(0),
+                         c.k4_cmd_sent.eq(0), c.seq_b.eq(0), c.mask_b.eq(0),
+                         c.mask_rows.eq(0), c.flushed.eq(0), c.rsp_x.eq(0)]
+            m.d.comb += [c.rwriter.start.eq(1), c.rwriter.address.eq(c.cmd.address1),
+                         c.rwriter.count.eq(c.batch * c.vn * c.p.tree_words),
+                         c.mwriter.start.eq(1), c.mwriter.address.eq(c.cmd.address2),
+                         c.mwriter.count.eq((c.mask_total + 3) >> 2)]
+            m.next = "VERIFY_K4"
+        with m.Elif(c.j == 0):
+            m.d.sync += c.j.eq(1)
+        with m.Else():
+            row_bytes = Mux(c.mode == TreeMaskMode.FULL_MASK, c.seq_rd.data + c.vn,
+                            Mux(c.mode == TreeMaskMode.QLEN_ONLY, c.vn, (c.vn + 7) >> 3))
+            m.d.sync += [c.mask_total.eq(c.mask_total + c.vn * row_bytes),
+                         c.kv_total.eq(c.kv_total + c.seq_rd.data + c.vn), c.b.eq(c.b + 1),
+                         c.j.eq(0)]
+
+    with m.State("VERIFY_K4"):
+        # (a) the command, then every request's nodes read out of K2 and its seq_len
+        kc = c.k4.cmd.payload
+        m.d.comb += [c.k4.cmd.valid.eq(~c.k4_cmd_sent), kc.batch_size.eq(c.batch),
+                     kc.cumu_count.eq(c.cumu_count), kc.verify_num.eq(c.verify_num),
+                     kc.tree_mask_mode.eq(c.mode)]
+        with m.If(c.k4.cmd.valid & c.k4.cmd.ready):
+            m.d.sync += c.k4_cmd_sent.eq(1)
+        host = c.k2.host_cmd.payload
+        advance = c.k2.host_cmd.ready & (c.i == c.cumu_count - 1)
+        m.d.comb += [c.slot_rd.addr.eq(c.row(c.b + advance)), host.slot.eq(c.slot_rd.data),
+                     host.region.eq(Region.NODE), host.index.eq(c.i),
+                     c.k2.host_cmd.valid.eq(c.k4_cmd_sent & (c.b < c.batch))]
+        with m.If(c.k2.host_cmd.valid & c.k2.host_cmd.ready):
+            m.d.sync += c.i.eq(Mux(c.i == c.cumu_count - 1, 0, c.i + 1))
+            with m.If(c.i == c.cumu_count - 1):
+                m.d.sync += c.b.eq(c.b + 1)
+        node = c.k4.nodes.payload
+        answer = c.k2.host_rsp.payload
+        m.d.comb += [c.k4.nodes.valid.eq(c.k2.host_rsp.valid),
+                     c.k2.host_rsp.ready.eq(c.k4.nodes.ready),
+                     node.token.eq(answer.tok), node.score.eq(answer.score),
+                     node.prev.eq(answer.prev), node.first.eq(c.rsp_x == 0),
+                     node.last.eq(c.rsp_x == c.cumu_count - 1)]
+        with m.If(c.k4.nodes.valid & c.k4.nodes.ready):
+            m.d.sync += c.rsp_x.eq(Mux(c.rsp_x == c.cumu_count - 1, 0, c.rsp_x + 1))
+        m.d.comb += [c.seq_k4_rd.addr.eq(c.row(c.seq_b + (c.k4.seq_lens.valid
+                                                    & c.k4.seq_lens.ready))),
+                     c.k4.seq_lens.valid.eq(c.k4_cmd_sent & (c.seq_b < c.batch)),
+                     c.k4.seq_lens.payload.seq_len.eq(c.seq_k4_rd.data)]
+        with m.If(c.k4.seq_lens.valid & c.k4.seq_lens.ready):
+            m.d.sync += c.seq_b.eq(c.seq_b + 1)
+        # (b) tree records, five words each
+        record = c.k4.tree.payload
+        tree_fields = Array([record.retrive_index, record.next_token,
+                             record.next_sibling, record.position, record.draft_token])
+        m.d.comb += [c.rwriter.words.valid.eq(c.k4.tree.valid),
+                     c.rwriter.words.payload.eq(tree_fields[c.tree_word]),
+                     c.k4.tree.ready.eq(c.rwriter.words.ready
+                                      & (c.tree_word == c.p.tree_words - 1))]
+        with m.If(c.rwriter.words.valid & c.rwriter.words.ready):
+            m.d.sync += c.tree_word.eq(Mux(c.tree_word == c.p.tree_words - 1, 0,
+                                         c.tree_word + 1))
+        m.d.comb += [c.vtree_wr.addr.eq(c.trees), c.vtree_wr.data.token.eq(record.draft_token),
+                     c.vtree_wr.data.index.eq(record.retrive_index),
+                     c.vtree_wr.data.next.eq(record.next_token),
+                     c.vtree_wr.data.sibling.eq(record.next_sibling),
+                     c.vtree_wr.en.eq(c.k4.tree.valid & c.k4.tree.ready)]
+        with m.If(c.k4.tree.valid & c.k4.tree.ready):
+            m.d.sync += c.trees.eq(c.trees + 1)
+            with m.If(record.invalid):
+                m.d.sync += c.invalid.eq(1)
+        # (c) mask rows into bytes; the row width of the request they belong to
+        m.d.comb += [c.mask_bytes.mask.valid.eq(c.k4.mask.valid),
+                     c.mask_bytes.mask.payload.eq(c.k4.mask.payload),
+                     c.k4.mask.ready.eq(c.mask_bytes.mask.ready),
+                     c.seq_mask_rd.addr.eq(c.row(c.mask_b)),
+                     c.mask_bytes.packed.eq(c.mode == TreeMaskMode.QLEN_ONLY_BITPACKING),
+                     c.mask_bytes.columns.eq(Mux(c.mode == TreeMaskMode.FULL_MASK,
+                                               c.seq_mask_rd.data + c.vn, c.vn))]
+        with m.If(c.k4.mask.valid & c.k4.mask.ready & c.k4.mask.payload.row_last):
+            m.d.sync += c.mask_rows.eq(Mux(c.mask_rows == c.vn - 1, 0, c.mask_rows + 1))
+            with m.If(c.mask_rows == c.vn - 1):
+                m.d.sync += c.mask_b.eq(c.mask_b + 1)
+        with m.If((c.mask_b == c.batch) & ~c.flushed):
+            m.d.comb += c.mask_bytes.flush.eq(1)
+            m.d.sync += c.flushed.eq(1)
+        with m.If(c.flushed & (c.trees == c.batch * c.vn) & ~c.rwriter.busy & ~c.mwriter.busy
+                  & (c.b == c.batch) & (c.seq_b == c.batch)):
+            m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0), c.running.eq(0)]
+            m.next = "VERIFY_INDPTR"
+
+    with m.State("VERIFY_INDPTR"):
+        # qo_indptr, kv_indptr, mask_indptr (B + 1 words each; j is the array)
+        m.d.comb += c.seq_rd.addr.eq(c.row(c.b))
+        with m.If(c.i == 0):
+            m.d.comb += [c.rwriter.start.eq(1), c.rwriter.address.eq(c.cmd.address3),
+                         c.rwriter.count.eq(3 * (c.batch + 1))]
+            m.d.sync += c.i.eq(1)
+        with m.Elif(c.i == 1):  # seq_len of row b is being read
+            m.d.sync += c.i.eq(2)
+        with m.Else():
+            row_bytes = Mux(c.mode == TreeMaskMode.FULL_MASK, c.seq_rd.data + c.vn,
+                            Mux(c.mode == TreeMaskMode.QLEN_ONLY, c.vn, (c.vn + 7) >> 3))
+            step = Array([c.vn, c.seq_rd.data + c.vn, c.vn * row_bytes])[c.j]
+            m.d.comb += [c.rwriter.words.valid.eq(1), c.rwriter.words.payload.eq(c.running)]
+            with m.If(c.rwriter.words.ready):
+                m.d.sync += [c.running.eq(c.running + step), c.b.eq(c.b + 1), c.i.eq(1)]
+                with m.If(c.b == c.batch):
+                    m.d.sync += [c.running.eq(0), c.b.eq(0), c.j.eq(c.j + 1)]
+                    with m.If(c.j == 2):
+                        m.d.sync += [c.j.eq(0), c.i.eq(0)]
+                        m.next = "VERIFY_KV"
+
+    with m.State("VERIFY_KV"):
+        # kv_indices: per request the table row's first seq_len slots, then its
+        # verify KV slots (which VERIFY_TABLE writes to the row after them)
+        m.d.comb += [c.pool_rd.addr.eq(c.row(c.b)), c.seq_rd.addr.eq(c.row(c.b))]
+        with m.If(c.j == 0):
+            with m.If(~c.rwriter.busy):
+                m.d.comb += [c.rwriter.start.eq(1), c.rwriter.address.eq(c.cmd.address4),
+                             c.rwriter.count.eq(c.kv_total)]
+                m.d.sync += c.j.eq(1)
+        with m.Elif(c.b == c.batch):
+            with m.If(~c.rwriter.busy):
+                m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0)]
+                m.next = "VERIFY_TABLE"
+        with m.Elif(c.j == 1):  # pool and seq_len of row b are being read
+            m.d.sync += c.j.eq(2)
+        with m.Elif(c.j == 2):
+            m.d.comb += [c.reader.start.eq(1), c.reader.count.eq(c.seq_rd.data),
+                         c.reader.address.eq(c.cfg.req_to_token
+                                           + 4 * (c.pool_rd.data * c.cfg.context_len))]
+            m.d.sync += c.j.eq(3)
+        with m.Elif(c.j == 3):  # the row's prefix, word for word
+            m.d.comb += [c.rwriter.words.valid.eq(c.words.valid),
+                         c.rwriter.words.payload.eq(c.words.payload),
+                         c.words.ready.eq(c.rwriter.words.ready)]
+            with m.If(~c.reader.busy & ~c.words.valid):
+                m.d.sync += [c.j.eq(4), c.i.eq(0)]
+        with m.Else():  # then the request's verify slots
+            with m.If(copy_words(m, step=c.j, at=4, index=c.i, count=c.vn, read=c.locs_rd,
+                                 writer=c.rwriter, address=lambda x: c.b * c.vn + x)):
+                m.d.sync += [c.b.eq(c.b + 1), c.j.eq(1), c.i.eq(0)]
+
+    with m.State("VERIFY_TABLE"):
+        # req_to_token[pool, seq_len + x] = verify slot x (only for a valid tree)
+        m.d.comb += [c.pool_rd.addr.eq(c.row(c.b)), c.seq_rd.addr.eq(c.row(c.b))]
+        with m.If(c.invalid):
+            m.d.sync += c.status.eq(Status.BAD_ARGUMENT)
+            m.next = "COMPLETE"
+        with m.Elif(c.b == c.batch):
+            with m.If(~c.twriter.busy):
+                m.d.sync += [c.phase.eq(Phase.BUILT), c.b.eq(0), c.i.eq(0), c.j.eq(0)]
+                m.next = "COMPLETE"
+        with m.Elif(c.j == 0):
+            m.d.sync += c.j.eq(1)
+        with m.Elif(c.j == 1):
+            with m.If(~c.twriter.busy):
+                row_word = c.pool_rd.data * c.cfg.context_len + c.seq_rd.data
+                m.d.comb += [c.twriter.start.eq(1), c.twriter.count.eq(c.vn),
+                             c.twriter.address.eq(c.cfg.req_to_token + 4 * row_word)]
+                m.d.sync += [c.j.eq(2), c.i.eq(0)]
+        with m.Else():
+            with m.If(copy_words(m, step=c.j, at=2, index=c.i, count=c.vn, read=c.locs_rd,
+                                 writer=c.twriter, address=lambda x: c.b * c.vn + x)):
+                m.d.sync += [c.b.eq(c.b + 1), c.j.eq(0), c.i.eq(0)]
+
+
+def verify_states(m, c):
+    """The sequencer states of ``verify``: request records (checked), per request the fused verify
+    and K7, the compaction, the result records and ``verified_id``.
+
+    ``c`` holds the engine's shared signals, memories and kernels (``DraftEngine.elaborate``).
+    """
+    with m.State("RUN_CHECK"):
+        m.d.sync += [c.steps.eq(c.depths_run + 1), c.verified_total.eq(0), c.rows_read.eq(0),
+                     c.active_count.eq(0), c.bad_argument.eq(0), c.b.eq(0), c.i.eq(0), c.j.eq(0)]
+        with m.If(c.phase != Phase.BUILT):
+            m.d.sync += c.status.eq(Status.BAD_PHASE)
+            m.next = "COMPLETE"
+        with m.Else():
+            m.d.comb += [c.reader.start.eq(1), c.reader.address.eq(c.cmd.address0),
+                         c.reader.count.eq(c.batch * (c.p.verify_request_words + c.vn))]
+            m.next = "RUN_RECORDS"
+
+    with m.State("RUN_RECORDS"):
+        # request records (kept for the run) with golden.tree_verify's checks:
+        # temperature finite and >= 0, top_p and the thresholds in [0, 1]
+        m.d.comb += [c.words.ready.eq(1), c.vreq_wr.addr.eq(c.b * c.VQ + c.i),
+                     c.vreq_wr.data.eq(c.words.payload), c.vreq_wr.en.eq(c.words_taken)]
+        value = c.words.payload
+        not_finite = value[23:31] == 0xFF
+        negative = value[31] & (value[:31] != 0)  # -0.0 is >= 0
+        with m.If(c.words_taken):
+            m.d.sync += c.i.eq(Mux(c.i == c.p.verify_request_words + c.vn - 1, 0, c.i + 1))
+            with m.If(c.i == c.p.verify_request_words + c.vn - 1):
+                m.d.sync += c.b.eq(c.b + 1)
+            with m.If((c.i == 0) & (not_finite | negative)):
+                m.d.sync += c.bad_argument.eq(1)
+            with m.If((c.i == 2) & ~c.unit_interval(value)):
+                m.d.sync += c.bad_argument.eq(1)
+        with m.If(~c.reader.busy & ~c.words.valid):
+            threshold_bad = Signal()
+            for threshold in (c.cmd.threshold_single, c.cmd.threshold_acc):
+                with m.If(~c.unit_interval(threshold)):
+                    m.d.comb += threshold_bad.eq(1)
+            m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0)]
+            with m.If(c.bad_argument | threshold_bad):
+                m.d.sync += c.status.eq(Status.BAD_ARGUMENT)
+                m.next = "COMPLETE"
+            with m.Else():
+                m.next = "RUN_K7_CMD"
+
+    with m.State("RUN_K7_CMD"):
+        c7 = c.k7.cmd.payload
+        m.d.comb += [c.k7.cmd.valid.eq(1), c7.batch_size.eq(c.batch),
+                     c7.num_draft_tokens.eq(c.vn), c7.num_speculative_tokens.eq(c.steps),
+                     c7.eos_token_id.eq(c.cmd.eos_token_id)]
+        with m.If(c.k7.cmd.ready):
+            m.next = "RUN_REQUEST"
+
+    with m.State("RUN_REQUEST"):
+        # request b: clear its predicts row (the verify writes the accepted entries)
+        with m.If(c.b == c.batch):
+            m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0)]
+            m.next = "RUN_ACTIVE"
+        with m.Elif(c.i == c.vn):
+            m.d.sync += [c.i.eq(0), c.j.eq(0)]
+            m.next = "RUN_HEADER"
+        with m.Else():
+            m.d.comb += [c.predicts_wr.addr.eq(c.b * c.vn + c.i), c.predicts_wr.data.eq(0),
+                         c.predicts_wr.en.eq(1)]
+            m.d.sync += c.i.eq(c.i + 1)
+
+    with m.State("RUN_HEADER"):
+        # the request's five header words, one a clock, into `header`
+        m.d.comb += c.vreq_rd.addr.eq(c.b * c.VQ + c.j)
+        with m.If(c.j <= c.p.verify_request_words):
+            m.d.sync += c.j.eq(c.j + 1)
+        with m.If(c.j >= 1):
+            m.d.sync += c.header[c.j - 1].eq(c.vreq_rd.data)
+        with m.If(c.j == c.p.verify_request_words + 1):
+            m.d.sync += [c.j.eq(0), c.i.eq(0), c.accepted.eq(0), c.accept_row.eq(0)]
+            m.next = "RUN_TV_CMD"
+
+    with m.State("RUN_TV_CMD"):
+        tc = c.tv.cmd.payload
+        m.d.comb += [c.tv_busy.eq(1), c.tv.cmd.valid.eq(1), tc.lfsr.eq(c.cmd.lfsr),
+                     tc.nodes.eq(c.vn), tc.steps.eq(c.steps),
+                     tc.vocab_size.eq(c.cfg.vocab_size),
+                     tc.row_address.eq(c.cmd.address1 + c.b * c.vn * c.cmd.row_pitch),
+                     tc.row_pitch.eq(c.cmd.row_pitch), tc.temperature.eq(c.header[0]),
+                     tc.top_k.eq(c.header[1]), tc.top_p.eq(c.header[2]),
+                     tc.seed.eq(c.header[3]), tc.final_coin.eq(c.header[3]),
+                     tc.threshold_single.eq(c.cmd.threshold_single),
+                     tc.threshold_acc.eq(c.cmd.threshold_acc),
+                     c.vtree_rd.addr.eq(c.b * c.vn), c.coin_rd.addr.eq(c.b * c.VQ + c.VQH)]
+        with m.If(c.tv.cmd.ready):
+            m.next = "RUN_TV_TREE"
+
+    with m.State("RUN_TV_TREE"):
+        beat = c.tv.tree.payload
+        taken = c.tv.tree.ready
+        m.d.comb += [c.tv_busy.eq(1), c.vtree_rd.addr.eq(c.b * c.vn + c.i + taken),
+                     c.coin_rd.addr.eq(c.b * c.VQ + c.VQH + c.i + taken),
+                     c.tv.tree.valid.eq(1), beat.candidate.eq(c.vtree_rd.data.token),
+                     beat.index.eq(c.vtree_rd.data.index),
+                     beat.next_token.eq(c.vtree_rd.data.next),
+                     beat.next_sibling.eq(c.vtree_rd.data.sibling),
+                     beat.coin.eq(c.coin_rd.data), beat.first.eq(c.i == 0),
+                     beat.last.eq(c.i == c.vn - 1)]
+        with m.If(taken):
+            m.d.sync += c.i.eq(c.i + 1)
+            with m.If(c.i == c.vn - 1):
+                m.d.sync += c.i.eq(0)
+                m.next = "RUN_TV_RESULT"
+
+    with m.State("RUN_TV_RESULT"):
+        out = c.tv.result.payload
+        m.d.comb += [c.tv_busy.eq(1), c.tv.result.ready.eq(1),
+                     c.predicts_wr.addr.eq(out.index), c.predicts_wr.data.eq(out.token),
+                     c.predicts_wr.en.eq(c.tv.result.valid)]
+        with m.If(c.tv.result.valid):
+            m.d.sync += [c.accept_row[c.accepted[:max(1, (c.p.max_steps - 1).bit_length())]]
+                         .eq(out.index), c.accepted.eq(c.accepted + 1)]
+            with m.If(out.last):
+                m.d.sync += [c.res.nan.eq(out.nan), c.i.eq(0), c.j.eq(0)]
+                m.next = "RUN_TV_ROWS"
+
+    with m.State("RUN_TV_ROWS"):
+        m.d.sync += [c.res.rows.eq(c.tv.status.rows),
+                     c.rows_read.eq(c.rows_read + c.tv.status.rows)]
+        m.next = "RUN_K7_NODES"
+
+    with m.State("RUN_K7_NODES"):
+        # predicts and KV slots of the request's n positions (read a clock ahead)
+        node7 = c.k7.nodes.payload
+        taken = c.k7.nodes.valid & c.k7.nodes.ready
+        m.d.comb += [c.predicts_rd.addr.eq(c.b * c.vn + c.i + taken),
+                     c.locs2_rd.addr.eq(c.b * c.vn + c.i + taken),
+                     node7.predict.eq(c.predicts_rd.data),
+                     node7.cache_loc.eq(c.locs2_rd.data),
+                     node7.first.eq(c.i == 0), node7.last.eq(c.i == c.vn - 1),
+                     c.k7.nodes.valid.eq(c.j == 1)]
+        with m.If(c.j == 0):
+            m.d.comb += [c.predicts_rd.addr.eq(c.b * c.vn), c.locs2_rd.addr.eq(c.b * c.vn)]
+            m.d.sync += c.j.eq(1)
+        with m.Elif(taken):
+            m.d.sync += c.i.eq(c.i + 1)
+            with m.If(c.i == c.vn - 1):
+                m.d.sync += [c.i.eq(0), c.j.eq(0)]
+                m.next = "RUN_K7_REQUEST"
+
+    with m.State("RUN_K7_REQUEST"):
+        rq = c.k7.request.payload
+        m.d.comb += [c.pool_rd.addr.eq(c.row(c.b)), c.seq_rd.addr.eq(c.row(c.b))]
+        with m.If(c.j == 0):  # pool and seq_len are being read
+            m.d.sync += c.j.eq(1)
+        with m.Else():
+            m.d.comb += [c.k7.request.valid.eq(1), rq.accept_token_num.eq(c.accepted - 1),
+                         rq.req_pool_index.eq(c.pool_rd.data), rq.seq_len.eq(c.seq_rd.data),
+                         rq.max_seq_len.eq(c.header[4])]
+            m.d.comb += [rq.accept_index[x].eq(c.accept_row[x])
+                         for x in range(c.p.max_steps)]
+            with m.If(c.k7.request.ready):
+                m.d.sync += [c.j.eq(0), c.i.eq(0), c.res.accept_token_num.eq(c.accepted - 1)]
+                m.d.comb += [c.accidx_wr.addr.eq(c.b), c.accidx_wr.data.eq(c.accept_row),
+                             c.accidx_wr.en.eq(1)]
+                m.next = "RUN_K7_OUT"
+
+    with m.State("RUN_K7_OUT"):
+        # the commits (verified ids and the KV slots of the accepted tokens), then the
+        # request's result
+        commit = c.k7.commit.payload
+        m.d.comb += [c.k7.commit.ready.eq(1), c.k7.result.ready.eq(1),
+                     c.vids_wr.addr.eq(commit.verified_index),
+                     c.vids_wr.data.eq(commit.verified_id),
+                     c.vids_wr.en.eq(c.k7.commit.valid), c.commit_wr.addr.eq(c.i),
+                     c.commit_wr.data.eq(commit.kv_loc), c.commit_wr.en.eq(c.k7.commit.valid)]
+        with m.If(c.k7.commit.valid):
+            m.d.sync += c.i.eq(c.i + 1)
+        with m.If(c.k7.result.valid):
+            r7 = c.k7.result.payload
+            m.d.comb += [c.vres_wr.addr.eq(c.b), c.vres_wr.en.eq(1),
+                         c.vres_wr.data.eq(c.res),
+                         c.vres_wr.data.accept_length.eq(r7.accept_length),
+                         c.vres_wr.data.next_root.eq(r7.next_root),
+                         c.vres_wr.data.finished.eq(r7.finished),
+                         c.vres_wr.data.seq_len.eq(r7.seq_len),
+                         c.vres_wr.data.offset.eq(r7.verified_offset),
+                         c.vres_wr.data.evict.eq(r7.evict),
+                         c.seq_wr.addr.eq(c.row(c.b)), c.seq_wr.data.eq(r7.seq_len),
+                         c.seq_wr.en.eq(1)]
+            m.d.sync += [c.verified_total.eq(r7.verified_offset + r7.accept_length),
+                         c.res.accept_length.eq(r7.accept_length), c.j.eq(0)]
+            m.next = "RUN_TABLE"
+
+    with m.State("RUN_TABLE"):
+        # req_to_token[pool, old seq_len + x] = the accepted tokens' KV slots
+        m.d.comb += [c.pool_rd.addr.eq(c.row(c.b)), c.seq_rd.addr.eq(c.row(c.b))]
+        with m.If(c.j == 0):
+            m.d.sync += c.j.eq(1)
+        with m.Elif(c.j == 1):
+            with m.If(~c.twriter.busy):
+                old_len = c.seq_rd.data - c.res.accept_length
+                row_word = c.pool_rd.data * c.cfg.context_len + old_len
+                m.d.comb += [c.twriter.start.eq(1), c.twriter.count.eq(c.res.accept_length),
+                             c.twriter.address.eq(c.cfg.req_to_token + 4 * row_word)]
+                m.d.sync += [c.j.eq(2), c.i.eq(0)]
+        with m.Else():
+            with m.If(copy_words(m, step=c.j, at=2, index=c.i, count=c.res.accept_length,
+                                 read=c.commit_rd, writer=c.twriter, address=lambda x: x)):
+                m.d.sync += [c.b.eq(c.b + 1), c.j.eq(0), c.i.eq(0)]
+                m.next = "RUN_REQUEST"
+
+    with m.State("RUN_ACTIVE"):
+        # the compaction of the unfinished rows
+        m.d.comb += [c.active.cmd.valid.eq(c.j == 0), c.active.cmd.payload.batch_size.eq(c.batch),
+                     c.vres_rd.addr.eq(c.i + (c.active.finished.valid & c.active.finished.ready)),
+                     c.active.finished.valid.eq((c.j == 2) & (c.i < c.batch)),
+                     c.active.finished.payload.finished.eq(c.vres_rd.data.finished),
+                     c.active.inverse.ready.eq(1), c.active.slots.ready.eq(1),
+                     c.active.count.ready.eq(1)]
+        with m.If(c.j == 0):
+            with m.If(c.active.cmd.ready):
+                m.d.sync += c.j.eq(1)
+        with m.Elif(c.j == 1):
+            m.d.comb += c.vres_rd.addr.eq(0)
+            m.d.sync += c.j.eq(2)
+        with m.If(c.active.finished.valid & c.active.finished.ready):
+            m.d.sync += c.i.eq(c.i + 1)
+        with m.If(c.active.inverse.valid):
+            m.d.comb += [c.inverse_wr.addr.eq(c.b), c.inverse_wr.data.eq(
+                c.active.inverse.payload.active_inverse), c.inverse_wr.en.eq(1)]
+            m.d.sync += c.b.eq(c.b + 1)
+        with m.If(c.active.slots.valid):
+            m.d.comb += [c.aslot_wr.addr.eq(c.rsp_x), c.aslot_wr.data.eq(
+                c.active.slots.payload.active_slot), c.aslot_wr.en.eq(1)]
+            m.d.sync += c.rsp_x.eq(c.rsp_x + 1)
+        with m.If(c.active.count.valid):
+            m.d.sync += [c.active_count.eq(c.active.count.payload.active_count),
+                         c.b.eq(0), c.i.eq(0), c.j.eq(0), c.rsp_x.eq(0)]
+            m.next = "RUN_WRITE"
+
+    with m.State("RUN_WRITE"):
+        # result records: 10 header words, accept_index [S], predicts [n], evict bits
+        words_per = c.p.verify_result_words + c.steps + c.vn + ((c.vn + 31) >> 5)
+        m.d.comb += [c.vres_rd.addr.eq(c.b), c.accidx_rd.addr.eq(c.b), c.inverse_rd.addr.eq(c.b),
+                     c.aslot_rd.addr.eq(c.b)]
+        x, y, zz = (Signal(range(c.MAXV + c.p.max_steps + 64), name=name)
+                    for name in ("past_header", "predicts_index", "evict_index"))
+        m.d.comb += [x.eq(c.i - c.p.verify_result_words), y.eq(x - c.steps), zz.eq(y - c.vn)]
+        taken = c.rwriter.words.valid & c.rwriter.words.ready
+        m.d.comb += c.predicts_rd.addr.eq(c.b * c.vn + y + taken)
+        with m.If(c.j == 0):
+            m.d.comb += [c.rwriter.start.eq(1), c.rwriter.address.eq(c.cmd.address2),
+                         c.rwriter.count.eq(c.batch * words_per)]
+            m.d.sync += c.j.eq(1)
+        with m.Elif(c.b == c.batch):
+            with m.If(~c.rwriter.busy):
+                m.d.sync += [c.j.eq(0), c.i.eq(0), c.b.eq(0)]
+                m.next = "RUN_VERIFIED"
+        with m.Elif(c.j == 1):  # the request's rows are being read
+            m.d.comb += c.predicts_rd.addr.eq(c.b * c.vn)
+            m.d.sync += [c.j.eq(2), c.i.eq(0)]
+        with m.Else():
+            r = c.vres_rd.data
+            evict_words = -(-c.MAXV // 32)
+            evict = Cat(r.evict, Const(0, 32 * evict_words - c.MAXV))
+            evict_word = Signal(32)
+            m.d.comb += evict_word.eq(evict.word_select(zz[:index_bits(evict_words)], 32)
+                                      if evict_words > 1 else evict)
+            header_words = Array([r.accept_token_num, r.accept_length, r.next_root,
+                                  r.finished, r.seq_len, r.nan, r.offset,
+                                  c.aslot_rd.data, c.inverse_rd.data, r.rows])
+            value = Signal(32)
+            with m.If(c.i < c.p.verify_result_words):
+                m.d.comb += value.eq(header_words[c.i])
+            with m.Elif(x < c.steps):
+                m.d.comb += value.eq(c.accidx_rd.data[x])
+            with m.Elif(y < c.vn):
+                m.d.comb += value.eq(c.predicts_rd.data)
+            with m.Else():
+                m.d.comb += value.eq(evict_word)
+            m.d.comb += [c.rwriter.words.valid.eq(1), c.rwriter.words.payload.eq(value)]
+            with m.If(c.rwriter.words.ready):
+                m.d.sync += c.i.eq(c.i + 1)
+                with m.If(c.i == words_per - 1):
+                    m.d.sync += [c.b.eq(c.b + 1), c.i.eq(0), c.j.eq(1)]
+
+    with m.State("RUN_VERIFIED"):
+        # verified_id, the accepted tokens of the batch in one list
+        with m.If(c.j == 0):
+            with m.If(~c.rwriter.busy):
+                m.d.comb += [c.rwriter.start.eq(1), c.rwriter.address.eq(c.cmd.address3),
+                             c.rwriter.count.eq(c.verified_total)]
+                m.d.sync += c.j.eq(1)
+        with m.Else():
+            done = copy_words(m, step=c.j, at=1, index=c.i, count=c.verified_total,
+                              read=c.vids_rd, writer=c.rwriter, address=lambda x: x)
+            with m.If(done & ~c.rwriter.busy & ~c.twriter.busy):
+                m.d.sync += [c.phase.eq(Phase.IDLE), c.j.eq(0), c.i.eq(0)]
+                m.next = "COMPLETE"
