@@ -18,6 +18,7 @@ class Opcode(enum.IntEnum):
     DRAFT_DEPTH = 2
     BUILD_VERIFY = 3
     VERIFY = 4
+    READ_STATE = 5
 
 
 class Status(enum.IntEnum):

@@ -105,7 +105,24 @@ def begin_round_states(m, c):
                 m.d.sync += c.status.eq(Status.BAD_ARGUMENT)
                 m.next = "COMPLETE"
             with m.Else():
-                m.next = "BEGIN_INIT"
+                m.next = "BEGIN_SAVE"
+
+    with m.State("BEGIN_SAVE"):
+        # The round in flight is abandoned: what it leaves in each of its slots (read_state)
+        m.d.comb += [c.slot_rd.addr.eq(c.row(c.b)), c.seq_rd.addr.eq(c.row(c.b)),
+                     c.pool_rd.addr.eq(c.row(c.b))]
+        with m.If(c.b == c.batch):
+            m.d.sync += [c.b.eq(0), c.j.eq(0)]
+            m.next = "BEGIN_INIT"
+        with m.Elif(c.j == 0):
+            m.d.sync += c.j.eq(1)
+        with m.Else():
+            m.d.comb += [c.info_wr.addr.eq(c.slot_rd.data), c.info_wr.en.eq(1),
+                         c.info_wr.data.valid.eq(1), c.info_wr.data.phase.eq(c.phase),
+                         c.info_wr.data.seq_len.eq(c.seq_rd.data),
+                         c.info_wr.data.pool.eq(c.pool_rd.data),
+                         c.info_wr.data.cumu_count.eq(c.cumu_count)]
+            m.d.sync += [c.b.eq(c.b + 1), c.j.eq(0)]
 
     with m.State("BEGIN_INIT"):
         # Per request: K2 node 0 and the sort/work rows, the frontier's root; element
@@ -120,7 +137,8 @@ def begin_round_states(m, c):
             m.d.sync += c.j.eq(1)
         with m.Else():
             m.d.comb += [c.k2.host_cmd.valid.eq(1), host.write.eq(1),
-                         host.slot.eq(c.slot_rd.data)]
+                         host.slot.eq(c.slot_rd.data), c.slot_row_wr.addr.eq(c.slot_rd.data),
+                         c.slot_row_wr.data.eq(c.b), c.slot_row_wr.en.eq(1)]
             with m.If(c.i == 0):
                 m.d.comb += [host.region.eq(Region.NODE), host.index.eq(0),
                              host.tok.eq(c.root_rd.data), host.score.eq(ROOT_SCORE_BITS),
@@ -150,6 +168,7 @@ def begin_round_states(m, c):
         with m.If(c.b == c.cmd.batch_size):
             with m.If(~c.twriter.busy):
                 m.d.sync += [c.phase.eq(Phase.DRAFTING), c.batch.eq(c.cmd.batch_size),
+                             c.in_round.eq(c.slot_seen),
                              c.bank.eq(~c.bank), c.depths_run.eq(0),
                              c.verify_num.eq(c.cmd.verify_num), c.depths.eq(c.cmd.depths),
                              c.depth.eq(1), c.width.eq(1), c.input_count.eq(1),

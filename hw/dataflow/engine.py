@@ -50,10 +50,11 @@ from .memory_ports import (
     read_port_signature,
     write_port_signature,
 )
+from .read_state import read_state_states
 from .verify_states import build_verify_states, verify_states
 
 __all__ = ["Opcode", "Status", "StopReason", "EngineParams", "DraftEngine", "ROOT_SCORE_BITS",
-           "ONE_BITS", "counter_layout"]
+           "ONE_BITS", "counter_layout", "synthesis_parameters", "synthesis_configuration"]
 
 counter_layout = data.StructLayout({"beats": COUNTER_BITS, "bytes": COUNTER_BITS,
                                     "busy_cycles": COUNTER_BITS, "stall_cycles": COUNTER_BITS})
@@ -73,7 +74,7 @@ class EngineParams(ParameterRecord):
                                hi=1 << 15)
     sort_width: int = parameter(64, "Lanes of K1's sorting network.", choices=SORT_WIDTHS)
     max_pool_rows: int = parameter(4096, "Largest ``req_to_token`` row count ``P``.")
-    address_width: int = parameter(32, "Bits of byte addresses.", lo=16, hi=64)
+    address_width: int = parameter(40, "Bits of byte addresses.", lo=16, hi=64)
     port_bits: int = parameter(256, "Data bits per beat of every memory port.", lo=32,
                                hi=1024, power_of_two=True)
     mask_lanes: int = parameter(64, "Mask columns per K4 mask word.", lo=8, hi=1024,
@@ -198,7 +199,7 @@ class EngineParams(ParameterRecord):
         return data.StructLayout({
             "opcode": 4, "tag": 16, "batch_size": 16, "verify_num": signed(32),
             "depths": 8, "width": 8, "width_given": 1, "tree_mask_mode": 2,
-            "lfsr": 1, "eos_token_id": signed(32), "threshold_single": 32,
+            "slot": 16, "lfsr": 1, "eos_token_id": signed(32), "threshold_single": 32,
             "threshold_acc": 32, "row_pitch": a,
             "address0": a, "address1": a, "address2": a, "address3": a, "address4": a,
         })
@@ -352,6 +353,13 @@ class DraftEngine(wiring.Component):
         accidx_rd, accidx_wr = memory("accept_index", accept_layout, MAXB)
         inverse_rd, inverse_wr = memory("active_inverse", 32, MAXB)
         aslot_rd, aslot_wr = memory("active_slots", 32, MAXB)
+        # Per slot: what its last round left (written when a new round begins) and its row in
+        # the round in flight (`in_round` says which slots that round has).
+        info_layout = data.StructLayout({"valid": 1, "phase": 2, "seq_len": 32, "pool": 32,
+                                         "cumu_count": 32})
+        info_rd, info_wr = memory("slot_info", info_layout, MAXB)
+        slot_row_rd, slot_row_wr = memory("slot_row", range(MAXB), MAXB)
+        in_round = Signal(MAXB)
 
         cmd = Signal(p.command_layout)
         status = Signal(3)
@@ -455,6 +463,8 @@ class DraftEngine(wiring.Component):
                             m.next = "VERIFY_CHECK"
                         with m.Case(Opcode.VERIFY):
                             m.next = "RUN_CHECK"
+                        with m.Case(Opcode.READ_STATE):
+                            m.next = "STATE_CHECK"
                         with m.Default():
                             m.d.sync += status.eq(Status.BAD_ARGUMENT)
                             m.next = "COMPLETE"
@@ -463,6 +473,7 @@ class DraftEngine(wiring.Component):
             draft_depth_states(m, c)
             build_verify_states(m, c)
             verify_states(m, c)
+            read_state_states(m, c)
 
             with m.State("COMPLETE"):
                 out = self.completion.payload
@@ -475,3 +486,19 @@ class DraftEngine(wiring.Component):
                     m.next = "IDLE"
 
         return m
+
+
+#: The fused verify of the synthesis estimate: the set of ``python -m hw.synth tree_verify``
+#: (two 256-bit ports, 16 lanes); the V80 build has 1,024 lanes, which the report adds by the
+#: lane's measured share (docs/tree_verify.md, "The lane").
+SYNTHESIS_VERIFY = {"logit_ports": 2, "logit_port_bits": 256, "max_vocab_size": 32768}
+
+
+def synthesis_parameters(**overrides) -> EngineParams:
+    """The default build (128 slots, K = W = 8, MAXV 64, MAXN 1,024) with the fused verify of
+    ``SYNTHESIS_VERIFY``."""
+    return EngineParams(**{**SYNTHESIS_VERIFY, **overrides})
+
+
+def synthesis_configuration(**overrides) -> DraftEngine:
+    return DraftEngine(**asdict(synthesis_parameters(**overrides)))

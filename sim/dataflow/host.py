@@ -8,10 +8,7 @@ import numpy as np
 from golden.engine import Status
 from hw.dataflow.engine import EngineParams, Opcode, StopReason
 
-__all__ = ["EngineHost", "STOP_REASONS", "PORTS", "run_beats"]
-
-#: The engine's memory ports, in counter order (``EngineParams.port_names``).
-PORTS = ("read", "frontier_write", "table_write")
+__all__ = ["EngineHost", "STOP_REASONS", "run_beats"]
 
 #: ``completion.stop_reason`` -> the golden's ``stop_reason`` string.
 STOP_REASONS = {StopReason.NONE: "", StopReason.WIDTH_ZERO: "width_zero",
@@ -56,8 +53,11 @@ class EngineHost:
             p.verify_result_words + p.max_steps + v + -(-v // 32)))
         self.verified_ids = memory.allocate("verified_id", b * p.max_steps)
         self.logits = None  # allocated by the first verify (its size follows V)
+        self.state = memory.allocate("state", 4 + 6 * p.max_node_count + 2 * v + p.node_top_k)
         self._tag = 0
         self._layouts = {}  # tag -> the runs of the command, by the stage that moves them
+        self._round = None  # the requests of the last begin_round that passed (port_runs)
+        self._verify_size = 0  # n of the last build_verify that passed (port_runs)
 
     def config(self, vocab_size, cost_per_node=0.0):
         """The ``config`` port's value."""
@@ -70,9 +70,6 @@ class EngineHost:
         self._tag = (self._tag + 1) & 0xFFFF
         return {"opcode": opcode, "tag": self._tag, **fields}
 
-    def _runs(self, tag, **runs):
-        self._layouts[tag] = runs
-
     def begin_round(self, slots, root_tokens, seq_lens, req_pool_indices, draft_cache_locs, *,
                     verify_num, depths):
         """Write the argument records; return the command."""
@@ -84,10 +81,10 @@ class EngineHost:
         command = self._command(Opcode.BEGIN_ROUND, batch_size=b, verify_num=verify_num,
                                 depths=depths, address0=self.arguments)
         p, context = self.params, self.table_shape[1]
-        self._runs(command["tag"],
-                   records=[(self.arguments, b * p.argument_words)] if b <= p.max_batch else [],
-                   table=[(self.table_address + 4 * (int(pool) * context + int(seq)), p.kv_slots)
-                          for pool, seq in zip(req_pool_indices, seq_lens, strict=True)])
+        self._layouts[command["tag"]] = dict(
+            records=[(self.arguments, b * p.argument_words)] if b <= p.max_batch else [],
+            rows=[(self.table_address + 4 * int(pool) * context, int(seq))
+                  for pool, seq in zip(req_pool_indices, seq_lens, strict=True)])
         return command
 
     def draft_depth(self, probas, tokens, *, width=None):
@@ -99,37 +96,69 @@ class EngineHost:
                                 width_given=width is not None, address0=self.probas,
                                 address1=self.tokens, address2=self.frontier)
         b, n = np.shape(probas) if np.ndim(probas) == 2 else (0, 0)
-        self._runs(command["tag"], tokens=[(self.tokens, b * n)],
-                   probas=[(self.probas + 4 * n * x, n) for x in range(b)], batch=b)
+        self._layouts[command["tag"]] = dict(
+            tokens=[(self.tokens, b * n)], probas=[(self.probas + 4 * n * x, n) for x in range(b)])
         return command
 
-    def port_runs(self, command, status, *, next_tree_width=0, stop_reason=""):
-        """The runs ``(byte address, words)`` each port (``PORTS``) moves for ``command`` (one
-        this host built) that completed with ``status`` (the golden's; ``next_tree_width`` and
-        ``stop_reason`` of a ``draft_depth`` that succeeded).
+    def port_runs(self, step):
+        """The runs ``(byte address, words)`` each port of ``params.port_names`` moves for
+        ``step`` (a ``sim.dataflow.rounds.Step`` of a command this host built), from the
+        golden's outcome; call it for every command, in order (it follows the round).
 
-        ``begin_round``: its argument records in (unless ``batch_size`` exceeds
-        ``max_batch``: refused unread), and once every check passed each request's ``MI + 1``
-        KV slots into its ``req_to_token`` row. ``draft_depth``: nothing when refused for its
-        phase or width; else the tokens in (all of them, checked before anything is written),
-        and when they are good each request's probabilities, then the next frontier's records
-        out unless drafting stopped.
+        * ``begin_round``: its argument records in (unless ``batch_size`` exceeds
+          ``max_batch``: refused unread); once every check passed, each request's ``MI + 1``
+          KV slots into its ``req_to_token`` row from ``seq_len``.
+        * ``draft_depth``: nothing when refused for its phase or width; else every token in
+          (checked before anything is written); when they are good each request's
+          probabilities, then the next frontier's records out unless drafting stopped.
+        * ``build_verify``: nothing when refused; else the verify KV slots and each request's
+          ``req_to_token`` prefix (``seq_len`` words, for ``kv_indices``) in, the tree
+          records, the three indptrs and ``kv_indices`` out on ``result_write``, the mask
+          bytes (whole words) on ``mask_write``, the verify slots into each row from
+          ``seq_len``.
+        * ``verify``: nothing when refused for its phase; else the request records in (all,
+          checked before anything is written); when they are good the result records and
+          ``verified_id`` out, each request's accepted KV slots into its row, and
+          ``rows_read`` logits rows on the ``logits`` ports (under the key ``logits``, their
+          words in all: the rows are spread over the ports).
         """
-        runs = {port: [] for port in PORTS}
-        layout = self._layouts[command["tag"]]
+        p, command, status = self.params, step.command, step.status
+        runs = {port: [] for port in p.port_names if not port.startswith("logits")}
         ok = status == Status.OK
-        if command["opcode"] == Opcode.BEGIN_ROUND:
+        layout = self._layouts.get(command["tag"], {})
+        opcode = command["opcode"]
+        if opcode == Opcode.BEGIN_ROUND:
             runs["read"] = list(layout["records"])
             if ok:
-                runs["table_write"] = list(layout["table"])
-        elif status in (Status.OK, Status.BAD_ARGUMENT):
+                self._round = layout["rows"]
+                runs["table_write"] = [(row + 4 * seq, p.kv_slots) for row, seq in self._round]
+        elif opcode == Opcode.DRAFT_DEPTH and status in (Status.OK, Status.BAD_ARGUMENT):
             runs["read"] = list(layout["tokens"])
             if ok:
                 runs["read"] += layout["probas"]
-                if not stop_reason:
-                    runs["frontier_write"] = [
-                        (self.frontier,
-                         layout["batch"] * next_tree_width * self.params.frontier_words)]
+                if not step.stop_reason:
+                    runs["result_write"] = [(self.frontier, len(layout["probas"])
+                                             * step.next_tree_width * p.frontier_words)]
+        elif opcode == Opcode.BUILD_VERIFY and ok:
+            n, rows = step.verify["n"], self._round
+            self._verify_size = n
+            runs["read"] = [(self.verify_locs, len(rows) * n), *rows]
+            runs["result_write"] = [(self.tree, len(rows) * n * p.tree_words),
+                                    (self.indptrs, 3 * (len(rows) + 1)),
+                                    (self.kv_indices, int(step.verify["kv_indptr"][-1]))]
+            runs["mask_write"] = [(self.mask, -(-int(step.verify["mask_indptr"][-1]) // 4))]
+            runs["table_write"] = [(row + 4 * seq, n) for row, seq in rows]
+        elif opcode == Opcode.VERIFY and status in (Status.OK, Status.BAD_ARGUMENT):
+            n, rows = self._verify_size, self._round
+            runs["read"] = [(self.verify_requests, len(rows) * (p.verify_request_words + n))]
+            if ok:
+                run = step.run
+                words = p.verify_result_words + run["steps"] + n + -(-n // 32)
+                runs["result_write"] = [(self.verify_results, len(rows) * words),
+                                        (self.verified_ids, len(run["verified_id"]))]
+                runs["table_write"] = [(row + 4 * seq, int(accepted)) for (row, seq), accepted
+                                       in zip(rows, run["accept_length"], strict=True)]
+                runs["logits"] = [(self.logits, run["rows_read"] * command["row_pitch"] // 4)]
         return runs
 
     def build_verify(self, tree_mask_mode, verify_cache_locs):
@@ -194,6 +223,30 @@ class EngineHost:
             "seq_lens": head[:, 4], "active_slots": head[:, 7], "active_inverse": head[:, 8],
             "nan_flags": head[:, 5] != 0, "rows_read": int(head[:, 9].sum()),
         }
+
+    def read_state(self, slot):
+        """The ``read_state`` command of ``slot``."""
+        return self._command(Opcode.READ_STATE, slot=slot, address0=self.state)
+
+    def state_outputs(self):
+        """The state record of the last ``read_state``: ``phase``, ``seq_len``,
+        ``req_pool_index``, ``cumu_count`` and the ``tree`` rows (nodes: the valid prefix;
+        scores as float32 bit patterns)."""
+        p = self.params
+        header = self.memory.read_words(self.state, 4)
+        count = int(header[3])
+        words = self.memory.read_words(self.state, 4 + 6 * count + 2 * p.max_verify_num
+                                       + p.node_top_k)[4:]
+        nodes = words[:6 * count].reshape(count, 6)
+        rows = words[6 * count:]
+        bits = lambda values: np.asarray(values, np.int64) & 0xFFFF_FFFF  # noqa: E731
+        return {"phase": int(header[0]), "seq_len": int(header[1]),
+                "req_pool_index": int(header[2]), "cumu_count": count,
+                "tree": {"cumu_tokens": nodes[:, 0], "cumu_scores": bits(nodes[:, 1]),
+                         "cumu_deltas": nodes[:, 2], "prev_indexs": nodes[:, 3],
+                         "next_indexs": nodes[:, 4], "side_indexs": nodes[:, 5],
+                         "sort_scores": bits(rows[:p.max_verify_num]),
+                         "work_scores": bits(rows[p.max_verify_num:])}}
 
     def verify_outputs(self, batch_size, n, tree_mask_mode):
         """The arrays of the last ``build_verify`` as the golden's outputs."""

@@ -18,7 +18,7 @@ import numpy as np
 
 from golden.engine import Engine, EngineConfig, Status
 
-from .host import PORTS, STOP_REASONS, EngineHost, run_beats
+from .host import STOP_REASONS, EngineHost, run_beats
 
 __all__ = ["Scenario", "Step", "check_step", "check_port_counters", "engine_config"]
 
@@ -46,6 +46,7 @@ class Step:
     verify: dict = field(default_factory=dict)  # golden outputs of build_verify
     tree_mask_mode: int = 0
     run: dict = field(default_factory=dict)  # golden outputs of verify
+    state: object = None  # golden SlotState of read_state
     input_count: int = 0  # the frontier's input count before the depth
     req_to_token: np.ndarray | None = None
 
@@ -163,8 +164,11 @@ class Scenario:
                 if step.status != Status.OK or step.stop_reason or b == 0 \
                         or self.choice.random() < 0.15:  # build before drafting stops
                     break
-            if self.choice.random() < self.bad_commands:
-                yield self._draft(probas, tokens, width=None)  # maybe after drafting stopped
+            if self.choice.random() < self.bad_commands:  # maybe after drafting stopped
+                r = self.golden._round
+                if r.phase.name == "DRAFTING":  # built early: a depth of the frontier's shape
+                    probas, tokens = self._draft_inputs(*r.frontier.node_ids.shape)
+                yield self._draft(probas, tokens, width=None)
             if self.choice.random() < self.bad_commands:
                 yield self._build(3)  # a bad mask layout
             yield self._build(int(self.rng.integers(0, 3)))
@@ -175,6 +179,8 @@ class Scenario:
             yield self._verify()
             if self.choice.random() < self.bad_commands:
                 yield self._verify()  # verified: nothing is built any more
+            for _ in range(int(self.rng.integers(0, 3))):
+                yield self._read_state(int(self.rng.integers(0, self.params.max_batch + 1)))
 
     def replay(self, entries, *, where=""):
         """Yield the ``Step`` s of a case's sequence (``sim.dataflow.cases.Entry`` s): its
@@ -191,6 +197,10 @@ class Scenario:
                     if not args["draft_cache_locs"].size:
                         args["draft_cache_locs"] = np.zeros((0, p.kv_slots), np.int64)
                     step = self._begin(args)
+                elif entry.kind == "build_verify":
+                    step = self._build(int(args["tree_mask_mode"]))
+                elif entry.kind == "verify":
+                    step = self._verify()
                 else:
                     r = self.golden._round
                     columns = p.node_top_k * (r.frontier.node_ids.shape[1] if r else 1)
@@ -270,6 +280,14 @@ class Scenario:
             step.run = dict(completion.outputs, n=n, steps=steps)
         return step
 
+    def _read_state(self, slot):
+        completion = self.golden.read_state(slot)
+        step = Step("read_state", self.host.read_state(slot), completion.status,
+                    req_to_token=self.golden.req_to_token.copy())
+        if completion.ok:
+            step.state = completion.outputs["state"]
+        return step
+
     def _bad_draft(self, probas, tokens):
         if self.choice.random() < 0.5 and probas.size:
             tokens = tokens.copy()
@@ -335,25 +353,51 @@ def check_step(step: Step, completion, host: EngineHost):
         for name, value in got.items():
             assert np.array_equal(value, run[name]), \
                 f"{where}: `{name}`\n{value}\ngolden\n{run[name]}"
+    if step.state is not None:
+        _check_state(where, step.state, host.state_outputs())
     assert np.array_equal(host.req_to_token(), step.req_to_token), f"{where}: req_to_token"
 
 
-def check_port_counters(step: Step, host: EngineHost, port_bits: int, before: dict,
-                        after: dict):
+def _check_state(where, golden, got):
+    """A slot's state as ``read_state`` wrote it against the golden's ``SlotState``: the
+    header, and the tree's valid node prefix and score rows (bit patterns) when the slot has
+    had a round (the hardware leaves nodes past ``cumu_count`` unspecified)."""
+    for name in ("phase", "seq_len", "req_pool_index", "cumu_count"):
+        assert got[name] == int(getattr(golden, name)), \
+            f"{where}: `{name}` {got[name]}, golden {int(getattr(golden, name))}"
+    count = golden.cumu_count
+    for name, row in golden.tree.items():
+        expected = row[:count] if name not in ("sort_scores", "work_scores") else row
+        if expected.dtype == np.float32:
+            expected = expected.view(np.uint32).astype(np.int64)
+        assert np.array_equal(got["tree"][name], expected), \
+            f"{where}: `{name}`\n{got['tree'][name]}\ngolden\n{expected}"
+
+
+def check_port_counters(step: Step, host: EngineHost, before: dict, after: dict):
     """Compare the ports' counters (port -> ``beats``, ``bytes``, ``busy_cycles``,
     ``stall_cycles``) before and after ``step`` with the runs the command moves
-    (``EngineHost.port_runs`` on the golden's outcome): per port, the beats of those runs,
-    a whole port word per beat in bytes, and every busy clock either a beat or a stall."""
+    (``EngineHost.port_runs``): per port, the beats of those runs (the ``logits`` ports
+    together), a whole port word per beat in bytes, and every busy clock either a beat or a
+    stall."""
+    p = host.params
     where = f"{step.name} (tag {step.command['tag']})"
-    runs = host.port_runs(step.command, step.status, next_tree_width=step.next_tree_width,
-                          stop_reason=step.stop_reason)
-    for port in PORTS:
-        delta = {name: after[port][name] - before[port][name] for name in after[port]}
-        beats = run_beats(runs[port], port_bits)
-        assert delta["beats"] == beats, \
-            f"{where}: port {port} moved {delta['beats']} beats, its runs {runs[port]} are {beats}"
-        assert delta["bytes"] == beats * port_bits // 8, \
-            f"{where}: port {port} counted {delta['bytes']} bytes for {beats} beats"
-        assert delta["busy_cycles"] - delta["stall_cycles"] == beats, \
-            f"{where}: port {port} busy {delta['busy_cycles']}, stalled " \
-            f"{delta['stall_cycles']} clocks for {beats} beats"
+    delta = {port: {name: after[port][name] - before[port][name] for name in after[port]}
+             for port in after}
+    runs = host.port_runs(step)
+    logits = [port for port in delta if port.startswith("logits")]
+    beats = {port: run_beats(port_runs, p.port_bits) for port, port_runs in runs.items()
+             if port != "logits"}
+    beats["logits"] = run_beats(runs.get("logits", []), p.logit_port_bits)
+    moved = {port: delta[port]["beats"] for port in delta if port not in logits}
+    moved["logits"] = sum(delta[port]["beats"] for port in logits)
+    for port, count in beats.items():
+        assert moved[port] == count, \
+            f"{where}: port {port} moved {moved[port]} beats, its runs {runs.get(port)} are {count}"
+    for port, counted in delta.items():
+        bits = p.logit_port_bits if port in logits else p.port_bits
+        assert counted["bytes"] == counted["beats"] * bits // 8, \
+            f"{where}: port {port} counted {counted['bytes']} bytes for {counted['beats']} beats"
+        assert counted["busy_cycles"] - counted["stall_cycles"] == counted["beats"], \
+            f"{where}: port {port} busy {counted['busy_cycles']}, stalled " \
+            f"{counted['stall_cycles']} clocks for {counted['beats']} beats"
