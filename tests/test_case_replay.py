@@ -14,6 +14,8 @@ TARGETS = discover_targets()
 # (target, case file text, the error it must raise)
 MALFORMED = [
     ("active_slots", "finished 3 1 0\n", r"broken.txt:1: tensor 'finished'"),
+    ("dataflow", "seed 1\ndraft_depth probas=0.5,x tokens=1,2\n",
+     r"broken.txt:2: `probas`: `x` is not a number"),
     ("logits_to_probas", "meta 3 1 1 4\nlogits 4 0.5 1.0 2.0\ntemperatures 1 1.0\n",
      r"broken.txt:2: tensor 'logits' declares 4 values"),
     ("logits_to_probas", "meta 3 1 1 4\ntemperatures 1 1.0\nlogits 3 0.5 1.0 2.0\n",

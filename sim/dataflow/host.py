@@ -121,6 +121,8 @@ class EngineHost:
           ``verified_id`` out, each request's accepted KV slots into its row, and
           ``rows_read`` logits rows on the ``logits`` ports (under the key ``logits``, their
           words in all: the rows are spread over the ports).
+        * ``read_state``: nothing when refused; else the state record out on
+          ``result_write`` (header, ``cumu_count`` node rows, the score rows).
         """
         p, command, status = self.params, step.command, step.status
         runs = {port: [] for port in p.port_names if not port.startswith("logits")}
@@ -159,6 +161,9 @@ class EngineHost:
                 runs["table_write"] = [(row + 4 * seq, int(accepted)) for (row, seq), accepted
                                        in zip(rows, run["accept_length"], strict=True)]
                 runs["logits"] = [(self.logits, run["rows_read"] * command["row_pitch"] // 4)]
+        elif opcode == Opcode.READ_STATE and ok:
+            runs["result_write"] = [(self.state, 4 + 6 * int(step.state.cumu_count)
+                                     + 2 * p.max_verify_num + p.node_top_k)]
         return runs
 
     def build_verify(self, tree_mask_mode, verify_cache_locs):

@@ -1,11 +1,18 @@
-"""Card memory as the engine's ports see it, for Amaranth simulations.
+"""Card memory as the engine's ports see it, for the Amaranth simulator and for cocotb.
 
 ``CardMemory`` is a little-endian byte array with a bump allocator for named arrays of 32-bit
-words (docs/engine.md, "Memory formats"). ``serve_read`` and ``serve_write`` return background
-Amaranth testbenches that answer an AXI4-style read or write port
+words (docs/engine.md, "Memory formats"). It answers AXI4-style read and write ports
 (``hw.dataflow.memory_ports``) from that array: each burst is answered after a random latency,
-in order, and both the request channel and the data channel are stalled at random, so the
-engine is tested under memory back-pressure. Accesses outside the array fail the simulation.
+in order, and every channel is stalled at random (``ar``/``aw``/``w`` refuse, ``r``/``b``
+withhold their next beat; a beat once offered stays offered until it is taken, as AXI asks),
+so the engine is tested under memory back-pressure. Accesses outside the array fail the
+simulation.
+
+One bookkeeping per port (``ReadServer``, ``WriteServer``: what to offer this clock, what a
+clock edge's handshakes do) has two front ends: ``serve_read``/``serve_write`` return
+background Amaranth testbenches, ``cocotb_read``/``cocotb_write`` return endpoints for
+``sim.bench.KernelBench.run`` (``drive()`` after the falling edge, ``sample(cycle)`` before the
+rising one) on a Verilated model's ports ``<port>__ar__valid`` ...
 """
 
 import random
@@ -13,7 +20,11 @@ from collections import deque
 
 import numpy as np
 
-__all__ = ["CardMemory"]
+from hw.dataflow.memory_ports import read_port_signature, write_port_signature
+
+from ..payload import pack, unpack
+
+__all__ = ["CardMemory", "ReadServer", "WriteServer"]
 
 
 class CardMemory:
@@ -35,8 +46,8 @@ class CardMemory:
     def __init__(self, size, *, seed=0, latency=(1, 8), stall=0.0):
         self.data = np.zeros(size, np.uint8)
         self._rng = random.Random(seed)
-        self._latency = latency
-        self._stall = stall
+        self.latency = tuple(latency)
+        self.stall = stall
         self._next = 0
         self.arrays = {}
 
@@ -61,83 +72,259 @@ class CardMemory:
         raw = self.data[address:address + 4 * count].view("<u4").astype(np.int64)
         return np.where(raw >= 1 << 31, raw - (1 << 32), raw) if signed else raw
 
-    def _check(self, address, length, port_bytes):
+    # --- the servers' shared randomness and checks --------------------------------------------
+
+    def check_burst(self, address, length, port_bytes):
+        """A burst must lie in the memory, start on a port word and (AXI4) not cross a 4 KiB
+        boundary."""
         if address % port_bytes or address + port_bytes * length > len(self.data):
             raise AssertionError(f"burst at {address:#x} of {length} beats is outside the "
                                  f"memory or not aligned to {port_bytes} bytes")
+        if address % 4096 + port_bytes * length > 4096:
+            raise AssertionError(f"burst at {address:#x} of {length} beats crosses a 4 KiB "
+                                 "boundary")
 
-    def _stalled(self):
-        return self._stall and self._rng.random() < self._stall
+    def stalled(self):
+        """Whether a channel stalls this clock."""
+        return bool(self.stall) and self._rng.random() < self.stall
 
-    # --- port servers -----------------------------------------------------------------------
+    def due(self, cycle):
+        """The cycle a burst requested at ``cycle`` is answered."""
+        return cycle + self._rng.randint(*self.latency)
+
+    # --- Amaranth front ends ----------------------------------------------------------------
 
     def serve_read(self, port, port_bits):
-        """A background testbench answering the read port ``port``."""
-        port_bytes = port_bits // 8
+        """A background Amaranth testbench answering the read port ``port``."""
+        server = ReadServer(self, port_bits)
 
         async def serve(ctx):
-            bursts = deque()  # [ready_cycle, address, beats left]
-            cycle = 0
             ctx.set(port.r.valid, 0)
             while True:
-                ctx.set(port.ar.ready, not self._stalled())
-                offer = bool(bursts) and bursts[0][0] <= cycle and not self._stalled()
-                if offer:
-                    _, address, left = bursts[0]
-                    beat = int.from_bytes(self.data[address:address + port_bytes].tobytes(),
-                                          "little")
-                    ctx.set(port.r.payload, {"data": beat, "last": int(left == 1)})
-                ctx.set(port.r.valid, offer)
-                _, _, ar_valid, ar_ready, ar, r_ready = await ctx.tick().sample(
-                    port.ar.valid, port.ar.ready, port.ar.payload, port.r.ready)
-                cycle += 1
-                if offer and r_ready:
-                    bursts[0][1] += port_bytes
-                    bursts[0][2] -= 1
-                    if bursts[0][2] == 0:
-                        bursts.popleft()
-                if ar_valid and ar_ready:
-                    self._check(ar.address, ar.length + 1, port_bytes)
-                    bursts.append([cycle + self._rng.randint(*self._latency), ar.address,
-                                   ar.length + 1])
+                ar_ready, beat = server.drive()
+                ctx.set(port.ar.ready, ar_ready)
+                if beat is not None:
+                    ctx.set(port.r.payload, beat)
+                ctx.set(port.r.valid, beat is not None)
+                _, _, ar_valid, ar, r_ready = await ctx.tick().sample(
+                    port.ar.valid, port.ar.payload, port.r.ready)
+                server.clock(request=(ar.address, ar.length) if ar_valid and ar_ready else None,
+                             taken=beat is not None and bool(r_ready))
         return serve
 
     def serve_write(self, port, port_bits):
-        """A background testbench answering the write port ``port`` (byte strobes honoured,
-        one OKAY response per burst once its last beat is in)."""
-        port_bytes = port_bits // 8
+        """A background Amaranth testbench answering the write port ``port`` (byte strobes
+        honoured, one OKAY response per burst once its last beat is in)."""
+        server = WriteServer(self, port_bits)
 
         async def serve(ctx):
-            bursts = deque()  # [address, beats left] awaiting data
-            responses = deque()  # ready cycles
-            cycle = 0
             ctx.set(port.b.valid, 0)
+            ctx.set(port.b.payload, {"resp": 0})
             while True:
-                ctx.set(port.aw.ready, not self._stalled())
-                ctx.set(port.w.ready, bool(bursts) and not self._stalled())
-                offer = bool(responses) and responses[0] <= cycle and not self._stalled()
-                ctx.set(port.b.valid, offer)
-                ctx.set(port.b.payload, {"resp": 0})
-                _, _, aw_valid, aw_ready, aw, w_valid, w_ready, w, b_ready = \
-                    await ctx.tick().sample(port.aw.valid, port.aw.ready, port.aw.payload,
-                                            port.w.valid, port.w.ready, port.w.payload,
-                                            port.b.ready)
-                cycle += 1
-                if offer and b_ready:
-                    responses.popleft()
-                if w_valid and w_ready:
-                    address, left = bursts[0]
-                    for byte in range(port_bytes):
-                        if w.strobe >> byte & 1:
-                            self.data[address + byte] = (w.data >> (8 * byte)) & 0xFF
-                    if (left == 1) != bool(w.last):
-                        raise AssertionError(f"write burst at {address:#x}: `last` on the "
-                                             "wrong beat")
-                    bursts[0] = [address + port_bytes, left - 1]
-                    if left == 1:
-                        bursts.popleft()
-                        responses.append(cycle + self._rng.randint(*self._latency))
-                if aw_valid and aw_ready:
-                    self._check(aw.address, aw.length + 1, port_bytes)
-                    bursts.append([aw.address, aw.length + 1])
+                aw_ready, w_ready, respond = server.drive()
+                ctx.set(port.aw.ready, aw_ready)
+                ctx.set(port.w.ready, w_ready)
+                ctx.set(port.b.valid, respond)
+                _, _, aw_valid, aw, w_valid, w, b_ready = await ctx.tick().sample(
+                    port.aw.valid, port.aw.payload, port.w.valid, port.w.payload, port.b.ready)
+                server.clock(
+                    request=(aw.address, aw.length) if aw_valid and aw_ready else None,
+                    beat=(w.data, w.strobe, w.last) if w_valid and w_ready else None,
+                    taken=respond and bool(b_ready))
         return serve
+
+    # --- cocotb front ends --------------------------------------------------------------------
+
+    def cocotb_read(self, dut, prefix, *, port_bits, address_width):
+        """A ``KernelBench.run`` endpoint answering the Verilated read port ``prefix``."""
+        return CocotbReadPort(ReadServer(self, port_bits), dut, prefix,
+                              read_port_signature(address_width, port_bits))
+
+    def cocotb_write(self, dut, prefix, *, port_bits, address_width):
+        """A ``KernelBench.run`` endpoint answering the Verilated write port ``prefix``."""
+        return CocotbWritePort(WriteServer(self, port_bits), dut, prefix,
+                               write_port_signature(address_width, port_bits))
+
+
+class ReadServer:
+    """The bookkeeping of one read port: bursts in flight (in order), their latencies, the
+    stalls. Per clock, ``drive()`` says what the slave shows, ``clock(...)`` applies the
+    handshakes of the clock edge. ``bursts`` and ``beats`` count what was served."""
+
+    def __init__(self, memory, port_bits):
+        self.memory = memory
+        self.port_bytes = port_bits // 8
+        self.pending = deque()  # [due cycle, address, beats left]
+        self.cycle = 0
+        self.bursts = self.beats = 0
+        self._offer = None
+
+    @property
+    def idle(self) -> bool:
+        return not self.pending
+
+    def drive(self):
+        """``(ar_ready, beat)``: this clock's ``ar.ready`` and the ``r`` beat offered (a
+        ``data``/``last`` dict, or None with ``r.valid`` low)."""
+        ar_ready = not self.memory.stalled()
+        if self._offer is None and self.pending and self.pending[0][0] <= self.cycle \
+                and not self.memory.stalled():
+            _, address, left = self.pending[0]
+            data = self.memory.data[address:address + self.port_bytes].tobytes()
+            self._offer = {"data": int.from_bytes(data, "little"), "last": int(left == 1)}
+        return ar_ready, self._offer
+
+    def clock(self, *, request=None, taken=False):
+        """The clock edge: ``request`` = ``(address, length)`` accepted on ``ar`` (or None),
+        ``taken``: the offered ``r`` beat was taken."""
+        self.cycle += 1
+        if taken:
+            burst = self.pending[0]
+            burst[1] += self.port_bytes
+            burst[2] -= 1
+            if burst[2] == 0:
+                self.pending.popleft()
+            self._offer = None
+            self.beats += 1
+        if request is not None:
+            address, length = int(request[0]), int(request[1])
+            self.memory.check_burst(address, length + 1, self.port_bytes)
+            self.pending.append([self.memory.due(self.cycle), address, length + 1])
+            self.bursts += 1
+
+
+class WriteServer:
+    """The bookkeeping of one write port: bursts awaiting data, responses awaiting their
+    latency, the stalls (as ``ReadServer``). Strobed bytes go into the memory as each beat
+    arrives."""
+
+    def __init__(self, memory, port_bits):
+        self.memory = memory
+        self.port_bytes = port_bits // 8
+        self.pending = deque()  # [address, beats left] awaiting data
+        self.responses = deque()  # due cycles
+        self.cycle = 0
+        self.bursts = self.beats = 0
+        self._respond = False
+
+    @property
+    def idle(self) -> bool:
+        return not self.pending and not self.responses
+
+    def drive(self):
+        """``(aw_ready, w_ready, b_valid)`` of this clock (every response is OKAY)."""
+        aw_ready = not self.memory.stalled()
+        w_ready = bool(self.pending) and not self.memory.stalled()
+        if not self._respond and self.responses and self.responses[0] <= self.cycle:
+            self._respond = not self.memory.stalled()
+        return aw_ready, w_ready, self._respond
+
+    def clock(self, *, request=None, beat=None, taken=False):
+        """The clock edge: ``request`` = ``(address, length)`` accepted on ``aw``, ``beat`` =
+        ``(data, strobe, last)`` accepted on ``w`` (or None), ``taken``: the response was
+        taken."""
+        self.cycle += 1
+        if taken:
+            self.responses.popleft()
+            self._respond = False
+        if beat is not None:
+            data, strobe, last = (int(value) for value in beat)
+            address, left = self.pending[0]
+            for byte in range(self.port_bytes):
+                if strobe >> byte & 1:
+                    self.memory.data[address + byte] = (data >> (8 * byte)) & 0xFF
+            if (left == 1) != bool(last):
+                raise AssertionError(f"write burst at {address:#x}: `last` on the wrong beat")
+            self.pending[0] = [address + self.port_bytes, left - 1]
+            if left == 1:
+                self.pending.popleft()
+                self.responses.append(self.memory.due(self.cycle))
+            self.beats += 1
+        if request is not None:
+            address, length = int(request[0]), int(request[1])
+            self.memory.check_burst(address, length + 1, self.port_bytes)
+            self.pending.append([address, length + 1])
+            self.bursts += 1
+
+
+class _CocotbPort:
+    """A server on the Verilated port ``<name>__<channel>__*``: ``channel(c)`` gives the
+    ``(valid, ready, payload)`` handles of channel ``c``, ``fields(c)`` its payload now."""
+
+    def __init__(self, server, dut, name, signature):
+        self.server, self.name = server, name
+        self._dut, self._signature = dut, signature
+
+    def channel(self, channel):
+        prefix = f"{self.name}__{channel}"
+        return tuple(getattr(self._dut, f"{prefix}__{part}")
+                     for part in ("valid", "ready", "payload"))
+
+    def fields(self, channel, payload) -> dict:
+        layout = self._signature.members[channel].signature.members["payload"].shape
+        return {name: values[0] for name, values
+                in unpack(layout, [payload.value.to_unsigned()]).items()}
+
+    @property
+    def done(self) -> bool:
+        return self.server.idle
+
+
+class CocotbReadPort(_CocotbPort):
+    """A ``ReadServer`` on a Verilated read port ``<name>__ar__*``, ``<name>__r__*``."""
+
+    def __init__(self, server, dut, name, signature):
+        super().__init__(server, dut, name, signature)
+        self._ar_valid, self._ar_ready, self._ar = self.channel("ar")
+        self._r_valid, self._r_ready, self._r = self.channel("r")
+        self._r_layout = signature.members["r"].signature.members["payload"].shape
+        self._ar_ready_now = False
+        self._beat = None
+        self._ar_ready.value = 0
+        self._r_valid.value = 0
+
+    def drive(self) -> None:
+        self._ar_ready_now, self._beat = self.server.drive()
+        self._ar_ready.value = int(self._ar_ready_now)
+        if self._beat is not None:
+            self._r.value = pack(self._r_layout, 1, **self._beat)[0]
+        self._r_valid.value = int(self._beat is not None)
+
+    def sample(self, cycle: int) -> None:
+        request = None
+        if self._ar_ready_now and self._ar_valid.value:
+            ar = self.fields("ar", self._ar)
+            request = (ar["address"], ar["length"])
+        self.server.clock(request=request,
+                          taken=self._beat is not None and bool(self._r_ready.value))
+
+
+class CocotbWritePort(_CocotbPort):
+    """A ``WriteServer`` on a Verilated write port ``<name>__aw__*``, ``__w__*``, ``__b__*``."""
+
+    def __init__(self, server, dut, name, signature):
+        super().__init__(server, dut, name, signature)
+        self._aw_valid, self._aw_ready, self._aw = self.channel("aw")
+        self._w_valid, self._w_ready, self._w = self.channel("w")
+        self._b_valid, self._b_ready, b = self.channel("b")
+        self._now = (False, False, False)
+        for handle in (self._aw_ready, self._w_ready, self._b_valid, b):
+            handle.value = 0
+
+    def drive(self) -> None:
+        self._now = self.server.drive()
+        for handle, value in zip((self._aw_ready, self._w_ready, self._b_valid), self._now,
+                                 strict=True):
+            handle.value = int(value)
+
+    def sample(self, cycle: int) -> None:
+        aw_ready, w_ready, respond = self._now
+        request = beat = None
+        if aw_ready and self._aw_valid.value:
+            aw = self.fields("aw", self._aw)
+            request = (aw["address"], aw["length"])
+        if w_ready and self._w_valid.value:
+            w = self.fields("w", self._w)
+            beat = (w["data"], w["strobe"], w["last"])
+        self.server.clock(request=request, beat=beat,
+                          taken=respond and bool(self._b_ready.value))
