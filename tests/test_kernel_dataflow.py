@@ -1,4 +1,4 @@
-"""The engine's draft side under Verilator (`make sim KERNEL=dataflow`): random rounds with bad
+"""The engine under Verilator (`make sim KERNEL=dataflow`): random rounds with bad
 commands, the port counters and command-sequence case files against ``golden.engine`` (the
 Amaranth-simulator tests are in tests/test_dataflow_engine.py)."""
 

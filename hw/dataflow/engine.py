@@ -1,24 +1,24 @@
 """The persistent engine (docs/kernels.md §11, docs/engine.md): commands in, tree state on chip.
 
-``DraftEngine`` is the draft side of the engine: it executes ``begin_round`` and
-``draft_depth`` commands (docs/engine.md, "Commands") bit-exact with ``golden.engine.Engine``.
-Every slot's cumulative tree, ``sort_scores``, ``work_scores`` and draft mask stay in K2's
-on-chip memories (``hw.kernels.update_state``) for the whole round; the round's batch, its
-frontier (scores, node ids, mask rows) and the draft inputs' KV slots stay in the engine's own
-memories. Only model-facing data crosses the memory ports: the command's argument records and
-the draft model's top-K in (``read``), the next frontier out (``result_write``), the KV
-slots of the round into ``req_to_token`` (``table_write``); each port has its
-``PortCounters``.
+``DraftEngine`` executes the commands ``begin_round``, ``draft_depth``, ``build_verify``,
+``verify`` and ``read_state`` bit-exact with ``golden.engine.Engine``. Every slot's cumulative
+tree, ``sort_scores``, ``work_scores`` and draft mask stay in K2's on-chip memories
+(``hw.kernels.update_state``) for the whole round; the round's batch, its frontier, the verify
+tree and its KV slots stay in the engine's own memories. Only model-facing data crosses the
+memory ports, each with its ``PortCounters``: argument records, the draft model's top-K, the
+verify KV slots and request records in (``read``), the target logits rows the fused verify
+visits (``logits``), results out (``result_write``), the verify mask (``mask_write``) and the
+round's KV slots into ``req_to_token`` (``table_write``).
 
-A ``draft_depth`` runs, per request of the batch: its ``N = W*K`` probabilities into K1's score
-and sort path (``ScoreSortPipeline``), the result and the tokens into K2 (in place), and at
-depth 1 the raw probabilities into the new nodes' ``cumu_scores`` (as ``golden.draft_round``);
-then K3 on every request's ``work_scores`` prefix, read straight from K2's memories, gives the
-width policy's ``W'`` (or the command gives the width), and the stop rules decide whether the
-round drafts on. Commands are checked before they touch anything: a bad command completes
-with an error ``Status`` and changes no state and no memory.
+The kernels behind the sequencer: K1's score and sort path (``ScoreSortPipeline``), K2, K3 with
+the width policy, K4 (``TreeMask``, its mask rows into bytes by ``MaskBytes``), the fused verify
+(``TreeVerify``), K7 (``VerifyResult``) and the compaction (``ActiveSlots``). The sequencer's
+states are written per command in ``draft_states`` (``begin_round``, ``draft_depth``),
+``verify_states`` (``build_verify``, ``verify``) and ``read_state``. Commands are checked before
+they touch anything: a bad command completes with an error ``Status`` and changes no state.
 
-Memory formats, command and completion fields, cycle figures: docs/engine.md.
+Memory formats, command and completion fields: docs/engine.md; choices: docs/decisions.md,
+"Engine hardware".
 """
 
 from dataclasses import asdict, dataclass
@@ -231,7 +231,7 @@ class EngineParams(ParameterRecord):
 
 
 class DraftEngine(wiring.Component):
-    """The engine's draft side (``begin_round``, ``draft_depth``), see the module.
+    """The persistent engine, see the module.
 
     Parameters: the fields of :class:`EngineParams`.
 
@@ -245,8 +245,10 @@ class DraftEngine(wiring.Component):
         Static settings.
     read : Out(read_port_signature(address_width, port_bits))
     result_write : Out(write_port_signature(address_width, port_bits))
+    mask_write : Out(write_port_signature(address_width, port_bits))
     table_write : Out(write_port_signature(address_width, port_bits))
-    counters : Out(data.ArrayLayout(counter_layout, 3))
+    logits : Out(read_port_signature(address_width, logit_port_bits)).array(logit_ports)
+    counters : Out(data.ArrayLayout(counter_layout, len(port_names)))
         Per port, in ``port_names`` order.
     """
 
@@ -299,14 +301,16 @@ class DraftEngine(wiring.Component):
         for port in range(p.logit_ports):
             wiring.connect(m, tv.read[port], wiring.flipped(self.logits[port]))
         tv_busy = Signal()  # the fused verify has a request in flight
-        for index, (name, unit, beat) in enumerate((
-                ("read", reader, self.read.r), ("result_write", rwriter, self.result_write.w),
-                ("mask_write", mwriter, self.mask_write.w),
-                *((f"logits{port}", None, self.logits[port].r)
-                  for port in range(p.logit_ports)),
-                ("table_write", twriter, self.table_write.w))):
-            m.submodules[f"{name}_counters"] = counters = PortCounters(port_bits=p.port_bits)
-            busy = unit.busy if unit is not None else tv_busy
+        # (port, its data beats' channel, busy, bits per beat) in `port_names` order
+        counted = {"read": (self.read.r, reader.busy, p.port_bits),
+                   "result_write": (self.result_write.w, rwriter.busy, p.port_bits),
+                   "mask_write": (self.mask_write.w, mwriter.busy, p.port_bits),
+                   "table_write": (self.table_write.w, twriter.busy, p.port_bits),
+                   **{f"logits{port}": (self.logits[port].r, tv_busy, p.logit_port_bits)
+                      for port in range(p.logit_ports)}}
+        for index, name in enumerate(p.port_names):
+            beat, busy, bits = counted[name]
+            m.submodules[f"{name}_counters"] = counters = PortCounters(port_bits=bits)
             m.d.comb += [counters.beat.eq(beat.valid & beat.ready), counters.busy.eq(busy)]
             m.d.comb += [self.counters[index][field].eq(getattr(counters, field))
                          for field in ("beats", "bytes", "busy_cycles", "stall_cycles")]

@@ -1,8 +1,8 @@
-"""Simulation target of the persistent engine's draft side ``hw.dataflow.engine.DraftEngine``:
-``dataflow`` (`make sim KERNEL=dataflow`).
+"""Simulation target of the persistent engine ``hw.dataflow.engine.DraftEngine``: ``dataflow``
+(`make sim KERNEL=dataflow`).
 
 ``host`` lays out a command's argument records and arrays in card memory, builds the command
-payloads, decodes the frontier records and says which runs of words each memory port moves
+payloads, decodes the records the engine writes and says which runs of words each memory port moves
 for a command (``EngineHost.port_runs``); ``memory`` is the card memory with its port
 servers (random latency and stalls; an Amaranth and a cocotb front end on one bookkeeping);
 ``rounds`` draws seeded rounds with bad commands and runs them on ``golden.engine.Engine``
@@ -48,8 +48,9 @@ class EngineTarget(SimTarget):
 
 TARGET = EngineTarget(
     "dataflow",
-    "persistent engine, draft side (begin_round, draft_depth) vs golden.engine: random rounds "
-    "with bad commands, memory latency and stalls, port counters; CASE= command sequences",
+    "persistent engine (begin_round, draft_depth, build_verify, verify, read_state) vs "
+    "golden.engine: random rounds with bad commands, memory latency and stalls, port "
+    "counters; CASE= command sequences",
     component="hw.dataflow.engine:DraftEngine",
     parameters=PARAMETERS,
     config={
