@@ -91,8 +91,7 @@ class EngineParams(ParameterRecord):
 
     def check(self):
         UpdateStateParams(**self._k2_fields())
-        self.k4  # noqa: B018 (checks MAXV <= MAXN)
-        self.verify  # noqa: B018
+        _ = self.k4, self.verify  # their own checks (K4: MAXV <= MAXN; the fused verify's)
         ScoreSortParams(node_top_k=self.node_top_k, max_tree_width=self.max_tree_width,
                         sort_width=self.sort_width)
 
@@ -270,7 +269,7 @@ class DraftEngine(wiring.Component):
     def params(self) -> EngineParams:
         return self._params
 
-    def elaborate(self, platform):  # noqa: C901 (one sequencer, its states in order)
+    def elaborate(self, platform):
         p = self._params
         m = Module()
         K, WM, NM, MI = p.node_top_k, p.max_tree_width, p.max_candidates, p.max_input_size

@@ -195,18 +195,19 @@ class EngineHost:
                 align=p.logit_port_bits // 8)
         for row, values in enumerate(np.asarray(target_logits, np.float32).reshape(b * n, vocab)):
             self.memory.write_words(self.logits + row * pitch, values.view(np.uint32))
-        f32 = lambda values: np.asarray(values, np.float32).view(np.uint32)  # noqa: E731
         lfsr = seeds is not None
-        draw = np.asarray(seeds, np.int64) if lfsr else f32(uniform_samples_for_final_sampling)
-        coins = np.zeros((b, n), np.uint32) if lfsr else f32(uniform_samples).reshape(b, n)
+        draw = (np.asarray(seeds, np.int64) if lfsr
+                else _f32_bits(uniform_samples_for_final_sampling))
+        coins = np.zeros((b, n), np.uint32) if lfsr else _f32_bits(uniform_samples).reshape(b, n)
         records = np.column_stack([
-            f32(temperatures), np.zeros(b, np.int64) if top_k is None else top_k,
-            f32(np.ones(b) if top_p is None else top_p), draw, max_seq_lens,
+            _f32_bits(temperatures), np.zeros(b, np.int64) if top_k is None else top_k,
+            _f32_bits(np.ones(b) if top_p is None else top_p), draw, max_seq_lens,
             coins]).astype(np.int64) if b else np.zeros((0, 5 + n), np.int64)
         self.memory.write_words(self.verify_requests, records.reshape(-1))
         return self._command(
             Opcode.VERIFY, lfsr=lfsr, eos_token_id=eos_token_id,
-            threshold_single=int(f32(threshold_single)), threshold_acc=int(f32(threshold_acc)),
+            threshold_single=int(_f32_bits(threshold_single)),
+            threshold_acc=int(_f32_bits(threshold_acc)),
             row_pitch=pitch, address0=self.verify_requests, address1=self.logits,
             address2=self.verify_results, address3=self.verified_ids)
 
@@ -244,14 +245,13 @@ class EngineHost:
                                        + p.node_top_k)[4:]
         nodes = words[:6 * count].reshape(count, 6)
         rows = words[6 * count:]
-        bits = lambda values: np.asarray(values, np.int64) & 0xFFFF_FFFF  # noqa: E731
         return {"phase": int(header[0]), "seq_len": int(header[1]),
                 "req_pool_index": int(header[2]), "cumu_count": count,
-                "tree": {"cumu_tokens": nodes[:, 0], "cumu_scores": bits(nodes[:, 1]),
+                "tree": {"cumu_tokens": nodes[:, 0], "cumu_scores": _word_bits(nodes[:, 1]),
                          "cumu_deltas": nodes[:, 2], "prev_indexs": nodes[:, 3],
                          "next_indexs": nodes[:, 4], "side_indexs": nodes[:, 5],
-                         "sort_scores": bits(rows[:p.max_verify_num]),
-                         "work_scores": bits(rows[p.max_verify_num:])}}
+                         "sort_scores": _word_bits(rows[:p.max_verify_num]),
+                         "work_scores": _word_bits(rows[p.max_verify_num:])}}
 
     def verify_outputs(self, batch_size, n, tree_mask_mode):
         """The arrays of the last ``build_verify`` as the golden's outputs."""
@@ -297,3 +297,13 @@ def run_beats(runs, port_bits: int) -> int:
     address, words)``): a run covers the port words from its first word's to its last's."""
     lanes = port_bits // 32
     return sum(-(-(address // 4 % lanes + words) // lanes) for address, words in runs if words)
+
+
+def _f32_bits(values) -> np.ndarray:
+    """float32 bit patterns of ``values``."""
+    return np.asarray(values, np.float32).view(np.uint32)
+
+
+def _word_bits(values) -> np.ndarray:
+    """Memory words (read sign-extended) as their unsigned 32 bits."""
+    return np.asarray(values, np.int64) & 0xFFFF_FFFF
