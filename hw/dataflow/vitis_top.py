@@ -1,0 +1,278 @@
+"""The engine as a Vitis RTL kernel (docs/vitis.md, "The engine's kernel").
+
+``EngineKernel`` wraps ``DraftEngine`` for XRT: ``ap_clk``/``ap_rst_n`` (active low), the
+AXI4-Lite control slave ``s_axi_control`` (``hw.lib.axi_lite.ControlRegisters``,
+``ap_ctrl_chain``) and one AXI4 master ``m_axi_<port>`` per memory port, all with the names
+Vivado's IP packager infers the interfaces from. Commands come from a ring in card memory
+(``CommandRing``) and completions go to another (``CompletionRing``), both on the port
+``m_axi_ring``: the command ring uses its read channels and the completion ring its write
+channels, so the two share the port without an arbiter. The engine's own ports (``read``,
+``result_write``, ``mask_write``, ``table_write``, ``logits<i>``) each get an m_axi port.
+
+Addresses: every m_axi address is the port's 64-bit pointer argument plus the engine's byte
+address (``address_width`` bits): the engine's addresses (the commands' ``address0..4``,
+``req_to_token``, the ring bases) are offsets from the pointers. Pointers of 0 make them
+absolute device addresses; equal pointers put every port in one buffer.
+
+``vitis_interface(params)`` is the ``boards.vitis.KernelInterface`` of the kernel (its
+arguments are the control registers' ``arguments``, so ``kernel.xml`` and the hardware read
+one register map). ``ap_ctrl_chain`` on the persistent engine: ``ap_start`` clears both rings'
+indices and starts the engine (``ap_ready``); it then runs commands while the command ring
+holds any; with ``drain`` set it finishes (``ap_done``) once the command ring is empty, no
+command is in flight and every completion record is in memory, and waits in ``ap_done`` for
+``ap_continue``.
+"""
+
+from dataclasses import asdict
+
+from amaranth.hdl import ClockDomain, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from boards.vitis import KernelInterface, MemoryPort
+from hw.lib.axi_lite import AXI4LiteSignature, ControlRegisters
+
+from .engine import DraftEngine, EngineParams
+from .ring import CommandRing, CompletionRing
+
+__all__ = ["KERNEL_NAME", "KERNEL_PARAMETERS", "RING_SCALARS", "READ_ONLY", "EngineKernel",
+           "vitis_interface", "axi4_master_members", "kernel_parameters",
+           "kernel_configuration"]
+
+#: The kernel's name, also its Verilog top module (``python -m hw.build --kernel dataflow``).
+KERNEL_NAME = "dataflow"
+
+#: The parameter set ``python -m hw.build --kernel dataflow`` builds by default: the small
+#: build of ``make sim KERNEL=dataflow`` (4 slots, K = 2, W <= 2, MI = 6, MAXV 6) on 256-bit
+#: ports with 64-bit addresses; ``--param dataflow.<name>=<value>`` grows it (the full set is
+#: ``hw.dataflow.engine.synthesis_parameters()``, whose Verilog takes far longer to write).
+KERNEL_PARAMETERS = {"node_top_k": 2, "max_tree_width": 2, "max_depths": 4,
+                     "max_verify_num": 6, "max_node_count": 24, "max_input_size": 6,
+                     "max_batch": 4, "max_pool_rows": 16, "address_width": 64,
+                     "port_bits": 256, "max_seq_len": 64, "max_vocab_size": 128,
+                     "logit_port_bits": 256}
+
+#: Scalar arguments of the rings and the run, before the engine's ``config`` fields:
+#: name, bits (docs/vitis.md, "The engine's kernel").
+RING_SCALARS = (("command_ring", 64), ("command_entries", 32), ("command_head", 32),
+                ("command_tail", 32), ("completion_ring", 64), ("completion_entries", 32),
+                ("completion_tail", 32), ("completion_head", 32), ("drain", 32))
+
+#: Arguments the hardware writes: a read returns the ring index, a host write is ignored.
+READ_ONLY = ("command_tail", "completion_head")
+
+#: AxBURST: incrementing bursts.
+BURST_INCR = 1
+
+#: AXI4 master signals per channel: (name, direction from the master, width or None for the
+#: data width, or "strobe" for data width / 8). Addresses are 64 bits (Vitis).
+_AXI4_CHANNELS = {
+    "read": (("arvalid", Out, 1), ("arready", In, 1), ("araddr", Out, 64), ("arlen", Out, 8),
+             ("arsize", Out, 3), ("arburst", Out, 2), ("rvalid", In, 1), ("rready", Out, 1),
+             ("rdata", In, None), ("rlast", In, 1), ("rresp", In, 2)),
+    "write": (("awvalid", Out, 1), ("awready", In, 1), ("awaddr", Out, 64),
+              ("awlen", Out, 8), ("awsize", Out, 3), ("awburst", Out, 2), ("wvalid", Out, 1),
+              ("wready", In, 1), ("wdata", Out, None), ("wstrb", Out, "strobe"),
+              ("wlast", Out, 1), ("bvalid", In, 1), ("bready", Out, 1), ("bresp", In, 2)),
+}
+
+
+def axi4_master_members(prefix: str, data_width: int, access: str) -> dict:
+    """Signature members ``<prefix>_<signal>`` of an AXI4 master port with ``data_width``
+    bits of data: the read channels (AR, R) for ``access`` ``read``, the write channels (AW,
+    W, B) for ``write``, all five for ``readwrite``."""
+    members = {}
+    for channels in ("read", "write"):
+        if access not in (channels, "readwrite"):
+            continue
+        for name, flow, width in _AXI4_CHANNELS[channels]:
+            width = data_width if width is None else data_width // 8 if width == "strobe" \
+                else width
+            members[f"{prefix}_{name}"] = flow(width)
+    return members
+
+
+def _engine_ports(p: EngineParams):
+    """``(port name, data bits, access)`` of every m_axi port, in argument order."""
+    return [("ring", p.port_bits, "readwrite"), ("read", p.port_bits, "read"),
+            ("result", p.port_bits, "write"), ("mask", p.port_bits, "write"),
+            ("table", p.port_bits, "write"),
+            *((f"logits{i}", p.logit_port_bits, "read") for i in range(p.logit_ports))]
+
+
+def vitis_interface(params: EngineParams) -> KernelInterface:
+    """The kernel's ``KernelInterface``: m_axi ports ``m_axi_ring`` (the rings),
+    ``m_axi_read``, ``m_axi_result``, ``m_axi_mask``, ``m_axi_table`` and
+    ``m_axi_logits<i>``, each with its pointer ``<port>_ptr``; then ``RING_SCALARS`` and the
+    fields of ``config_layout`` (64 bits where wider than 32)."""
+    config = tuple((name, 64 if field.width > 32 else 32)
+                   for name, field in params.config_layout)
+    return KernelInterface(
+        kernel_name=KERNEL_NAME, top=KERNEL_NAME,
+        memory_ports=[MemoryPort(f"m_axi_{name}", bits, access, argument=f"{name}_ptr")
+                      for name, bits, access in _engine_ports(params)],
+        scalars=RING_SCALARS + config)
+
+
+class EngineKernel(wiring.Component):
+    """``DraftEngine`` with its rings and control registers as a Vitis RTL kernel (see the
+    module).
+
+    Parameters: the fields of :class:`EngineParams`.
+
+    Members
+    -------
+    ap_clk : In(1)
+        The kernel clock (the design's ``sync`` domain).
+    ap_rst_n : In(1)
+        Synchronous reset, active low.
+    interrupt : Out(1)
+        ``ControlRegisters.interrupt`` (``ap_done``/``ap_ready`` through GIER, IER, ISR).
+    s_axi_control_<signal> : AXI4-Lite slave
+        ``awvalid``, ``awready``, ``awaddr``, ``wvalid``, ``wready``, ``wdata``, ``wstrb``,
+        ``bvalid``, ``bready``, ``bresp``, ``arvalid``, ``arready``, ``araddr``, ``rvalid``,
+        ``rready``, ``rdata``, ``rresp`` (``vitis_interface(params).registers``).
+    m_axi_<port>_<signal> : AXI4 masters
+        Per port of ``vitis_interface(params).memory_ports`` (``axi4_master_members``):
+        ``AxSIZE`` is the port's bytes per beat (log2), ``AxBURST`` INCR; the engine's bursts
+        are single beats except the logits ports' (up to 16 beats).
+    """
+
+    def __init__(self, **parameters):
+        self._params = p = EngineParams(**parameters)
+        self._interface = interface = vitis_interface(p)
+        members = {"ap_clk": In(1), "ap_rst_n": In(1), "interrupt": Out(1)}
+        for name, member in AXI4LiteSignature(interface.control_address_width).members.items():
+            members[f"{interface.control_port}_{name}"] = member.flip()
+        for port in interface.memory_ports:
+            members.update(axi4_master_members(port.name, port.data_width, port.access))
+        super().__init__(members)
+
+    @property
+    def params(self) -> EngineParams:
+        return self._params
+
+    @property
+    def vitis_interface(self) -> KernelInterface:
+        """``vitis_interface(self.params)``."""
+        return self._interface
+
+    def elaborate(self, platform):
+        p, interface = self._params, self._interface
+        m = Module()
+        m.domains.sync = sync = ClockDomain("sync")
+        m.d.comb += [sync.clk.eq(self.ap_clk), sync.rst.eq(~self.ap_rst_n)]
+
+        m.submodules.control = ctrl = ControlRegisters(
+            interface.arguments, address_width=interface.control_address_width)
+        m.submodules.engine = engine = DraftEngine(**asdict(p))
+        ring_args = dict(address_width=p.address_width, port_bits=p.port_bits)
+        m.submodules.command_ring = commands = CommandRing(p.command_layout, **ring_args)
+        m.submodules.completion_ring = completions = CompletionRing(p.completion_layout,
+                                                                    **ring_args)
+        wiring.connect(m, commands.command, engine.command)
+        wiring.connect(m, engine.completion, completions.completion)
+        m.d.comb += [engine.config[name].eq(getattr(ctrl, name))
+                     for name, _ in p.config_layout]
+        m.d.comb += [
+            commands.base.eq(ctrl.command_ring), commands.entries.eq(ctrl.command_entries),
+            commands.head.eq(ctrl.command_head),
+            completions.base.eq(ctrl.completion_ring),
+            completions.entries.eq(ctrl.completion_entries),
+            completions.tail.eq(ctrl.completion_tail),
+            self.interrupt.eq(ctrl.interrupt),
+        ]
+
+        self._control_bus(m, ctrl, {"command_tail": commands.tail,
+                                    "completion_head": completions.head})
+        # The m_axi ports: the rings share m_axi_ring (reads and writes are separate channels).
+        ports = {"ring": (commands.port, completions.port), "read": (engine.read,),
+                 "result": (engine.result_write,), "mask": (engine.mask_write,),
+                 "table": (engine.table_write,),
+                 **{f"logits{i}": (engine.logits[i],) for i in range(p.logit_ports)}}
+        for port in interface.memory_ports:
+            name = port.name.removeprefix("m_axi_")
+            for inner in ports[name]:
+                self._connect_master(m, port, inner, getattr(ctrl, port.argument))
+
+        # ap_ctrl_chain: a start clears the rings and runs the engine until drained.
+        in_flight = Signal(range(3))  # commands taken by the engine, not yet completed
+        taken = engine.command.valid & engine.command.ready
+        done = engine.completion.valid & engine.completion.ready
+        m.d.sync += in_flight.eq(in_flight + taken - done)
+        drained = ~commands.pending & ~commands.busy & (in_flight == 0) & ~completions.busy
+        with m.FSM(name="control"):
+            with m.State("IDLE"):
+                m.d.comb += ctrl.ap_idle.eq(1)
+                with m.If(ctrl.ap_start):
+                    m.d.comb += [ctrl.ap_ready.eq(1), commands.clear.eq(1),
+                                 completions.clear.eq(1)]
+                    m.next = "RUN"
+            with m.State("RUN"):
+                m.d.comb += commands.enable.eq(1)
+                with m.If(ctrl.drain[0] & drained):
+                    m.next = "DONE"
+            with m.State("DONE"):
+                m.d.comb += ctrl.ap_done.eq(1)
+                with m.If(ctrl.ap_continue):
+                    m.next = "IDLE"
+        return m
+
+    def _control_bus(self, m, ctrl, read_only):
+        """``s_axi_control_*`` to the control registers; reads of the ``read_only`` registers
+        return the hardware's values (sampled on the read's ``ar`` handshake)."""
+        prefix = self._interface.control_port
+        offsets = {row.name: row.offset for row in self._interface.registers}
+        for name, member in AXI4LiteSignature(ctrl.address_width).members.items():
+            top = getattr(self, f"{prefix}_{name}")
+            inner = getattr(ctrl.bus, name)
+            if member.flow == Out:  # driven by the host
+                m.d.comb += inner.eq(top)
+            elif name != "rdata":
+                m.d.comb += top.eq(inner)
+        hit, value = Signal(), Signal(32)
+        word = ctrl.bus.araddr[2:]
+        with m.If(ctrl.bus.arvalid & ctrl.bus.arready):
+            m.d.sync += hit.eq(0)
+            for name, signal in read_only.items():
+                with m.If(word == offsets[name] >> 2):
+                    m.d.sync += [hit.eq(1), value.eq(signal)]
+        m.d.comb += getattr(self, f"{prefix}_rdata").eq(Mux(hit, value, ctrl.bus.rdata))
+
+    def _connect_master(self, m, port: MemoryPort, inner, pointer):
+        """The engine-side AXI4-style port ``inner`` (read, write or both) to the m_axi
+        port's signals, with ``pointer`` added to its addresses."""
+        def top(signal):
+            return getattr(self, f"{port.name}_{signal}")
+
+        size = (port.data_width // 8).bit_length() - 1
+        members = inner.signature.members
+        for channel, request, response in (("ar", "ar", "r"), ("aw", "aw", "b")):
+            if request not in members:
+                continue
+            a = getattr(inner, request)
+            m.d.comb += [top(f"{channel}valid").eq(a.valid), a.ready.eq(top(f"{channel}ready")),
+                         top(f"{channel}addr").eq(pointer + a.payload.address),
+                         top(f"{channel}len").eq(a.payload.length),
+                         top(f"{channel}size").eq(size), top(f"{channel}burst").eq(BURST_INCR)]
+            r = getattr(inner, response)
+            m.d.comb += [r.valid.eq(top(f"{response}valid")),
+                         top(f"{response}ready").eq(r.ready)]
+            if response == "r":
+                m.d.comb += [r.payload.data.eq(top("rdata")), r.payload.last.eq(top("rlast"))]
+            else:
+                m.d.comb += r.payload.resp.eq(top("bresp"))
+        if "w" in members:
+            w = inner.w
+            m.d.comb += [top("wvalid").eq(w.valid), w.ready.eq(top("wready")),
+                         top("wdata").eq(w.payload.data), top("wstrb").eq(w.payload.strobe),
+                         top("wlast").eq(w.payload.last)]
+
+
+def kernel_parameters(**overrides) -> EngineParams:
+    """``KERNEL_PARAMETERS`` with ``overrides``."""
+    return EngineParams(**{**KERNEL_PARAMETERS, **overrides})
+
+
+def kernel_configuration(**overrides) -> EngineKernel:
+    return EngineKernel(**asdict(kernel_parameters(**overrides)))

@@ -1,0 +1,23 @@
+"""The persistent engine as a Vitis RTL kernel, for ``python -m hw.build --kernel dataflow``.
+
+The kernel is ``hw.dataflow.vitis_top.EngineKernel`` (``DraftEngine``, its command and
+completion rings, the AXI4-Lite control registers and the m_axi ports with Vitis names); its
+default parameter set is the small ``KERNEL_PARAMETERS`` (docs/vitis.md, "The engine's
+kernel"). The build writes its Vitis packaging too (``EngineKernel.vitis_interface``).
+"""
+
+from dataclasses import asdict
+
+from hw.dataflow.engine import EngineParams
+from hw.dataflow.vitis_top import EngineKernel, kernel_parameters
+
+__all__ = ["synthesis_parameters", "synthesis_configuration"]
+
+
+def synthesis_parameters(**overrides) -> EngineParams:
+    """``hw.dataflow.vitis_top.KERNEL_PARAMETERS`` with ``overrides``."""
+    return kernel_parameters(**overrides)
+
+
+def synthesis_configuration(**overrides) -> EngineKernel:
+    return EngineKernel(**asdict(synthesis_parameters(**overrides)))
