@@ -84,7 +84,7 @@ close $summary
 
 
 def write_ooc_scripts(directory: Path, *, top: str, part: str, verilog_file: Path,
-                      clock_mhz: float, board: str) -> VivadoScripts:
+                      clock_mhz: float, board: str, clock: str = "clk") -> VivadoScripts:
     """Write the out-of-context build of ``top`` into ``directory``.
 
     Parameters
@@ -101,6 +101,8 @@ def write_ooc_scripts(directory: Path, *, top: str, part: str, verilog_file: Pat
         Target clock of ``clk``.
     board : str
         Board name, for the comments.
+    clock : str
+        The clock port constrained (``clk``; a Vitis RTL kernel's is ``ap_clk``).
     """
     directory.mkdir(parents=True, exist_ok=True)
     verilog = Path(os.path.relpath(verilog_file.resolve(), directory.resolve())).as_posix()
@@ -110,7 +112,8 @@ def write_ooc_scripts(directory: Path, *, top: str, part: str, verilog_file: Pat
     tcl.write_text(_tcl_text(top=top, part=part, verilog=verilog, clock_mhz=clock_mhz,
                              board=board))
     xdc.write_text(f"# Kernel clock of `{top}`: {clock_mhz:g} MHz.\n"
-                   f"create_clock -period {1000.0 / clock_mhz:.4f} -name clk [get_ports clk]\n")
+                   f"create_clock -period {1000.0 / clock_mhz:.4f} -name {clock} "
+                   f"[get_ports {clock}]\n")
     build_sh.write_text(f"""\
 #!/bin/sh
 # Out-of-context Vivado build of `{top}` for {board} ({part}); needs `vivado` on PATH.

@@ -5,7 +5,9 @@ ones are picked up without edits here) and the board's parameter set it:
 
 1. elaborates the kernel and writes ``<out>/<kernel>/<kernel>.v``;
 2. writes an out-of-context Vivado build (``vivado/<kernel>.tcl``, ``.xdc``, ``build.sh``:
-   synth, opt, place, route, utilisation and timing reports);
+   synth, opt, place, route, utilisation and timing reports) and, when the component has a
+   ``vitis_interface`` (a Vitis RTL kernel: ``dataflow``), its packaging in ``vitis/``
+   (``kernel.xml``, ``package_xo.tcl``, ``link_<board>.cfg``, ``build.sh``; docs/vitis.md);
 3. runs Vivado when it is on PATH and ``--synth vivado`` (the default), and says that it is
    skipping it otherwise;
 4. with ``--synth yosys``: Yosys ``synth_xilinx`` resource estimates;
@@ -245,13 +247,18 @@ def _build_kernel(kernel, *, target: Board, clock_mhz: float, synth: str, out: P
     console.say(f"  {verilog_file} ({len(text.splitlines()):,} lines, "
                 f"{elapsed['elaborate']} s)")
 
-    # 2. Vivado scripts.
+    # 2. Vivado scripts (and, for a Vitis RTL kernel, its packaging).
+    interface = getattr(component, "vitis_interface", None)
     console.step(f"writing Vivado scripts for {kernel.name}")
     scripts = vivado_scripts.write_ooc_scripts(
         kdir / "vivado", top=kernel.name, part=target.part, verilog_file=verilog_file,
-        clock_mhz=clock_mhz, board=target.name)
+        clock_mhz=clock_mhz, board=target.name,
+        clock=interface.clock if interface is not None else "clk")
     console.say(f"  {scripts.tcl}, {scripts.xdc.name}, {scripts.build_sh.name} "
                 f"(out of context, {target.part}, {clock_mhz:g} MHz)")
+    vitis_files = {}
+    if interface is not None:
+        vitis_files = _write_vitis(kernel.name, interface, kdir, verilog_file, target, console)
 
     # 3. Vivado.
     clock = {"target_mhz": clock_mhz, "target_period_ns": round(period, 4),
@@ -372,6 +379,7 @@ def _build_kernel(kernel, *, target: Board, clock_mhz: float, synth: str, out: P
             "simulation_log": (simulation_log if simulation_log.exists() and sim != "none"
                                else None),
             **yosys_files,
+            **vitis_files,
             "log": log_path,
         }.items()},
         "tools": tool_versions(),
@@ -381,6 +389,24 @@ def _build_kernel(kernel, *, target: Board, clock_mhz: float, synth: str, out: P
     report_path.write_text(json.dumps(report, indent=1) + "\n")
     console.say(f"  {report_path}")
     return report_path
+
+
+def _write_vitis(name: str, interface, kdir: Path, verilog_file: Path, target: Board,
+                 console: Console) -> dict:
+    """The Vitis RTL-kernel packaging of a kernel whose component has a ``vitis_interface``
+    (``boards.vitis.KernelInterface``) into ``<kernel>/vitis/``; its files for the report."""
+    from boards.vitis import write_vitis_package
+
+    if interface.top != name:
+        raise FlowError(f"kernel `{name}`: its vitis_interface names the top module "
+                        f"`{interface.top}`, but the Verilog top is `{name}`")
+    files = write_vitis_package(kdir / "vitis", interface, verilog_file=verilog_file,
+                                boards=[target])
+    console.say(f"  Vitis RTL kernel: {files.kernel_xml}, {files.package_tcl.name}, "
+                f"{files.link_configs[target.name].name}, {files.build_sh.name}")
+    return {"vitis_kernel_xml": files.kernel_xml, "vitis_package_tcl": files.package_tcl,
+            "vitis_link_config": files.link_configs[target.name],
+            "vitis_build_script": files.build_sh}
 
 
 def _write_build_all(out: Path, kernels, target: Board) -> Path:

@@ -461,3 +461,59 @@ def test_real_simulation_figures(fake_packages, tmp_path, capsys):
     validate(report)
     assert report["latency"]["first_output_latency_cycles"] > 0
     assert report["latency"]["initiation_interval_cycles"] == 1.0
+
+
+def test_dataflow_kernel_writes_its_vitis_package(tmp_path, capsys, monkeypatch):
+    """The engine's Vitis RTL kernel (hw/kernels/dataflow.py, its small default set): the
+    Verilog of `EngineKernel`, the out-of-context scripts on `ap_clk`, and kernel.xml,
+    package_xo.tcl, the link configuration and build.sh, whose m_axi ports are the top's."""
+    import re
+    from xml.etree import ElementTree
+
+    from hw.dataflow.vitis_top import kernel_parameters, vitis_interface
+
+    monkeypatch.setattr(flow.build.vivado_scripts, "find_vivado", lambda: None)
+    out = tmp_path / "out"
+    status, stdout, stderr = run(capsys, "--board", "alveo", "--kernel", "dataflow", "--synth",
+                                 "none", "--sim", "none", "--out", str(out))
+    assert status == 0, stderr
+    kdir = out / "dataflow"
+    verilog = (kdir / "dataflow.v").read_text()
+    vitis = kdir / "vitis"
+    assert sorted(path.name for path in vitis.iterdir()) == [
+        "build.sh", "kernel.xml", "link_alveo-v80.cfg", "package_xo.tcl"]
+    assert "Vitis RTL kernel: " in stdout
+    assert "read_verilog [file normalize [file join $script_dir ../dataflow.v]]" in \
+        (vitis / "package_xo.tcl").read_text()
+    assert "sp=dataflow_1.m_axi_ring:HBM[0]" in (vitis / "link_alveo-v80.cfg").read_text()
+    assert "[get_ports ap_clk]" in (kdir / "vivado" / "dataflow.xdc").read_text()
+    report = json.loads((kdir / "report.json").read_text())
+    validate(report)
+    assert report["files"]["vitis_kernel_xml"] == "vitis/kernel.xml"
+
+    # The top's ports, from the Verilog: name -> (direction, width).
+    header = verilog[verilog.index("module dataflow("):]
+    header = header[:header.index("endmodule")]
+    ports = {name: (direction, int(high) + 1 if high else 1) for direction, high, name in
+             re.findall(r"^\s*(input|output) (?:\[(\d+):0\] )?(\w+);", header, re.MULTILINE)}
+    for name in ("ap_clk", "ap_rst_n", "interrupt", "s_axi_control_awaddr",
+                 "s_axi_control_rdata"):
+        assert name in ports
+    kernel = ElementTree.parse(vitis / "kernel.xml").getroot().find("kernel")
+    masters = {port.get("name"): int(port.get("dataWidth"))
+               for port in kernel.find("ports") if port.get("mode") == "master"}
+    in_verilog = {name.rsplit("_", 1)[0] for name in ports
+                  if name.startswith("m_axi_") and name.endswith(("_araddr", "_awaddr"))}
+    assert set(masters) == in_verilog
+    for name, width in masters.items():
+        data = [ports[f"{name}_{signal}"] for signal in ("rdata", "wdata")
+                if f"{name}_{signal}" in ports]
+        assert data and all(bits == width for _, bits in data), name
+        for signal in ("araddr", "awaddr"):
+            if f"{name}_{signal}" in ports:
+                assert ports[f"{name}_{signal}"] == ("output", 64)
+    interface = vitis_interface(kernel_parameters())
+    args = [(arg.get("name"), int(arg.get("offset"), 16), arg.get("port"))
+            for arg in kernel.find("args")]
+    assert args == [(row.name, row.offset, interface.port_of(row.name))
+                    for row in interface.registers[4:]]
