@@ -201,6 +201,11 @@ def _timing_line(report: dict) -> str:
             f"rule ({path['start']} -> {path['end']})")
 
 
+def _v80_parameters(kernel) -> dict:
+    """The kernel module's ``V80_PARAMETERS`` (empty: its synthesis set is the V80 build)."""
+    return dict(getattr(importlib.import_module(kernel.module), "V80_PARAMETERS", {}))
+
+
 def main(argv=None) -> int:
     kernels, _ = discover_kernels()
     parser = argparse.ArgumentParser(prog="python -m hw.synth", description=__doc__,
@@ -209,6 +214,9 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="use QUICK_PARAMETERS where a kernel has them (reports "
                              "<kernel>.quick.json)")
+    parser.add_argument("--v80", action="store_true",
+                        help="the V80 build of kernels whose synthesis set is a small one (the "
+                             "module's V80_PARAMETERS; reports <kernel>.v80.json)")
     parser.add_argument("--reanalyse", action="store_true",
                         help="no Yosys: run the timing proxy again on the netlist of each "
                              "kernel's last synthesis (build/synth/<kernel>/) and update its "
@@ -232,8 +240,11 @@ def main(argv=None) -> int:
             continue
         overrides = QUICK_PARAMETERS.get(name, {}) if args.quick else {}
         label = "quick" if overrides else "synthesis"
+        if args.v80:
+            overrides = _v80_parameters(kernels[name])
+            label = "v80" if overrides else label
         print(f"[{step}/{len(names)}] {name} ({label} parameters)", flush=True)
-        stem = f"{name}.quick" if overrides else name
+        stem = f"{name}.{label}" if overrides else name
         report = synthesize(kernels[name].factory(**overrides), name=name,
                             parameters=parameter_set(kernels[name], overrides, label),
                             report_name=stem)

@@ -27,18 +27,25 @@ def run_scenario(parameters, *, seed, rounds, stall=0.0, **scenario):
         for step in case.steps(rounds):
             await stream_put(ctx, dut.command, step.command)
             completion = await stream_get(ctx, dut.completion)
-            check_step(step, {name: getattr(completion, name) for name in (
-                "tag", "status", "next_tree_width", "stop_reason", "verify_size", "active_count",
-                "rows_read")}, case.host)
+            check_step(step, _fields(completion), case.host)
             counts["steps"] += 1
 
-    simulate(dut, bench, background=[memory.serve_read(dut.read, params.port_bits),
-                                     memory.serve_write(dut.result_write, params.port_bits),
-                                     memory.serve_write(dut.mask_write, params.port_bits),
-                                     memory.serve_write(dut.table_write, params.port_bits),
-                                     *(memory.serve_read(port, params.logit_port_bits)
-                                       for port in dut.logits)])
+    simulate(dut, bench, background=_servers(memory, dut, params))
     return counts["steps"]
+
+
+def _fields(completion) -> dict:
+    return {name: getattr(completion, name) for name in (
+        "tag", "status", "next_tree_width", "stop_reason", "verify_size", "active_count",
+        "rows_read")}
+
+
+def _servers(memory, dut, params) -> list:
+    """The card memory's servers of every port of ``dut``."""
+    return [memory.serve_read(dut.read, params.port_bits),
+            *(memory.serve_write(port, params.port_bits)
+              for port in (dut.result_write, dut.mask_write, dut.table_write)),
+            *(memory.serve_read(port, params.logit_port_bits) for port in dut.logits)]
 
 
 def test_rounds_match_golden():
@@ -51,6 +58,29 @@ def test_single_slot_k1_width1():
     """K = 1, W = 1: one slot, a chain of single nodes."""
     parameters = dict(SMALL, node_top_k=1, max_tree_width=1, max_batch=1)
     assert run_scenario(parameters, seed=3, rounds=2) >= 6
+
+
+def test_contract_round_matches_golden():
+    """The measurement's round (`Scenario.contract_round`: forced widths, bit-packed mask,
+    bfloat16 EAGLE-like logits) at a small point: bit-exact, and some drafts accepted."""
+    parameters = dict(SMALL, logit_format="bfloat16", max_vocab_size=512)
+    params = EngineParams(**parameters)
+    dut = DraftEngine(**parameters)
+    memory = CardMemory(1 << 20, seed=1, latency=(4, 4))
+    case = Scenario(params, memory, seed=1, vocab_size=300, context_len=100, bad_commands=0)
+    point = dict(batch=2, node_top_k=2, tree_width=2, depth=3, verify_num=6, vocab=300)
+    accepted = []
+
+    async def bench(ctx):
+        ctx.set(dut.config, case.config)
+        for step in case.contract_round(point, seq_len=20):
+            await stream_put(ctx, dut.command, step.command)
+            completion = await stream_get(ctx, dut.completion)
+            check_step(step, _fields(completion), case.host)
+            accepted.extend(step.run.get("accept_length", []))
+
+    simulate(dut, bench, background=_servers(memory, dut, params))
+    assert len(accepted) == 2 and sum(accepted) > 2
 
 
 def test_bad_parameters():

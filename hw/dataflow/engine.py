@@ -54,7 +54,7 @@ from .read_state import read_state_states
 from .verify_states import build_verify_states, verify_states
 
 __all__ = ["Opcode", "Status", "StopReason", "EngineParams", "DraftEngine", "ROOT_SCORE_BITS",
-           "ONE_BITS", "counter_layout", "synthesis_parameters", "synthesis_configuration"]
+           "ONE_BITS", "counter_layout"]
 
 counter_layout = data.StructLayout({"beats": COUNTER_BITS, "bytes": COUNTER_BITS,
                                     "busy_cycles": COUNTER_BITS, "stall_cycles": COUNTER_BITS})
@@ -489,19 +489,3 @@ class DraftEngine(wiring.Component):
                     m.next = "IDLE"
 
         return m
-
-
-#: The fused verify of the synthesis estimate: the set of ``python -m hw.synth tree_verify``
-#: (two 256-bit ports, 16 lanes); the V80 build has 1,024 lanes, which the report adds by the
-#: lane's measured share (docs/tree_verify.md, "The lane").
-SYNTHESIS_VERIFY = {"logit_ports": 2, "logit_port_bits": 256, "max_vocab_size": 32768}
-
-
-def synthesis_parameters(**overrides) -> EngineParams:
-    """The default build (128 slots, K = W = 8, MAXV 64, MAXN 1,024) with the fused verify of
-    ``SYNTHESIS_VERIFY``."""
-    return EngineParams(**{**SYNTHESIS_VERIFY, **overrides})
-
-
-def synthesis_configuration(**overrides) -> DraftEngine:
-    return DraftEngine(**asdict(synthesis_parameters(**overrides)))

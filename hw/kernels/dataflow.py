@@ -11,7 +11,14 @@ from dataclasses import asdict
 from hw.dataflow.engine import EngineParams
 from hw.dataflow.vitis_top import EngineKernel, kernel_parameters
 
-__all__ = ["synthesis_parameters", "synthesis_configuration"]
+__all__ = ["synthesis_parameters", "synthesis_configuration", "V80_PARAMETERS"]
+
+#: ``python -m hw.synth --v80 dataflow``: the default engine build (``EngineParams``' defaults:
+#: 128 slots, K = W = 8, MAXV 64, MAXN 1,024) with the fused verify of ``python -m hw.synth
+#: tree_verify`` (two 256-bit ports, 16 lanes). The V80 build's verify has 1,024 lanes; the
+#: estimate adds them by the lane's measured share (docs/tree_verify.md, "The lane").
+V80_PARAMETERS = {**asdict(EngineParams()), "logit_ports": 2, "logit_port_bits": 256,
+                  "max_vocab_size": 32768}
 
 
 def synthesis_parameters(**overrides) -> EngineParams:

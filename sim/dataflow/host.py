@@ -193,8 +193,12 @@ class EngineHost:
             self.logits = self.memory.allocate(
                 "target_logits", p.max_batch * p.max_verify_num * pitch // 4,
                 align=p.logit_port_bits // 8)
-        for row, values in enumerate(np.asarray(target_logits, np.float32).reshape(b * n, vocab)):
-            self.memory.write_words(self.logits + row * pitch, values.view(np.uint32))
+        rows = np.asarray(target_logits, np.float32).reshape(b * n, vocab).view(np.uint32)
+        if p.logit_format == "bfloat16":  # the top halves (exact for bfloat16 values)
+            rows = (rows >> 16).astype("<u2")
+        for row, values in enumerate(rows):
+            self.memory.write_bytes(self.logits + row * pitch, values.astype(
+                values.dtype.newbyteorder("<")).view(np.uint8))
         lfsr = seeds is not None
         draw = (np.asarray(seeds, np.int64) if lfsr
                 else _f32_bits(uniform_samples_for_final_sampling))

@@ -67,6 +67,10 @@ class CardMemory:
         words = np.asarray(values, np.int64).astype(np.uint64) & 0xFFFF_FFFF
         self.data[address:address + 4 * len(words)] = words.astype("<u4").view(np.uint8)
 
+    def write_bytes(self, address, values):
+        """Store the bytes ``values`` (uint8) from byte ``address``."""
+        self.data[address:address + len(values)] = values
+
     def read_words(self, address, count, *, signed=True):
         """``count`` words from byte ``address`` as int64 (sign-extended when ``signed``)."""
         raw = self.data[address:address + 4 * count].view("<u4").astype(np.int64)

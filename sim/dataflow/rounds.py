@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from golden.engine import Engine, EngineConfig, Status
+from sim.tree_verify.call import to_bfloat16
 
 from .host import STOP_REASONS, EngineHost, run_beats
 
@@ -287,6 +288,66 @@ class Scenario:
         if completion.ok:
             step.state = completion.outputs["state"]
         return step
+
+    def contract_round(self, point, *, seq_len, head_mass=0.95):
+        """Yield the ``Step`` s of one full-width round at a benchmark contract ``point``:
+        ``begin_round`` on slots ``0 .. B-1`` (``seq_len`` tokens each), ``depth`` draft depths
+        at the forced width ``tree_width``, ``build_verify`` in the bit-packed mask layout and
+        ``verify`` at temperature 1 (top-k and top-p off, uniform coins) on EAGLE-like logits
+        exact in bfloat16 (``contract_logits``)."""
+        p, rng, b = self.params, self.rng, point["batch"]
+        yield self._begin(dict(
+            slots=np.arange(b, dtype=np.int64),
+            root_tokens=rng.integers(0, self.vocab, b, dtype=np.int64),
+            seq_lens=np.full(b, seq_len, np.int64), req_pool_indices=np.arange(b, dtype=np.int64),
+            draft_cache_locs=rng.integers(0, 1 << 20, (b, p.kv_slots), dtype=np.int64),
+            verify_num=point["verify_num"], depths=point["depth"]))
+        for _ in range(point["depth"]):
+            width = self.golden._round.frontier.node_ids.shape[1]
+            yield self._draft(*self._draft_inputs(b, width), width=point["tree_width"])
+        yield self._build(2)
+        r = self.golden._round
+        n = r.verify["n"]
+        args = {"target_logits": self.contract_logits(head_mass),
+                "temperatures": np.ones(b, np.float32),
+                "max_seq_lens": np.full(b, self.host.table_shape[1], np.int64),
+                "uniform_samples": rng.random((b, n), dtype=np.float32),
+                "uniform_samples_for_final_sampling": rng.random(b, dtype=np.float32)}
+        completion = self.golden.verify(**args)
+        step = Step("verify", self.host.verify(**args), completion.status,
+                    req_to_token=self.golden.req_to_token.copy())
+        step.run = dict(completion.outputs, n=n, steps=r.depths_run + 1)
+        yield step
+
+    def contract_logits(self, head_mass):
+        """Target logits for the built verify tree, as ``sim.tree_verify.generators``'
+        measurement draws them: every row a noise tail (a rotation of one of four
+        ``N(0, 2.5**2)`` rows) plus a head, the tokens of the position's children in their
+        order, holding ``head_mass`` of the row's mass; rounded to bfloat16."""
+        rng, vocab = self.rng, self.vocab
+        r = self.golden._round
+        b, n = len(r.slots), r.verify["n"]
+        drafts = r.verify["draft_tokens"].reshape(b, n)
+        pool = rng.standard_normal((4, vocab), dtype=np.float32) * np.float32(2.5)
+        tails = np.concatenate([pool, pool], axis=1)
+        tail_mass = np.exp(pool.astype(np.float64)).sum(axis=1)
+        logits = np.empty((b, n, vocab), np.float32)
+        for x in range(b):
+            for i in range(n):
+                which, shift = int(rng.integers(0, 4)), int(rng.integers(0, vocab))
+                row = logits[x, i]
+                row[:] = tails[which, shift:shift + vocab]
+                kids, kid = [], int(r.verify["retrive_next_token"][x, i])
+                while 0 <= kid < n:
+                    kids.append(int(drafts[x, kid]))
+                    kid = int(r.verify["retrive_next_sibling"][x, kid])
+                head = list(dict.fromkeys(kids))
+                if head:
+                    share = np.sort(np.exp(rng.standard_normal(len(head)) * 1.5))[::-1]
+                    row[head] = np.log(head_mass / (1 - head_mass) * tail_mass[which]
+                                       * share / share.sum())
+                row[:] = to_bfloat16(row)
+        return logits
 
     def _bad_draft(self, probas, tokens):
         if self.choice.random() < 0.5 and probas.size:

@@ -193,3 +193,70 @@ async def case(dut):
     write_summary(vectors=commands, random_vectors=case.rounds, cycles=engine.cycles,
                   extra={"case": str(case.path), "commands": commands,
                          "random rounds": case.rounds})
+
+
+_INPUT_PORTS = ("read",)  # and the logits ports
+_OUTPUT_PORTS = ("result_write", "mask_write", "table_write")
+
+
+@cocotb.test()
+async def measurement(dut):
+    """The cycle budget of one draft round and its verify step (``config["measure"]``:
+    ``point``, ``seq_len``, ``context_len``, ``memory_bytes``), docs/engine.md.
+
+    ``Scenario.contract_round``: ``begin_round``, ``depth`` draft depths at the forced width
+    ``tree_width``, ``build_verify`` (bit-packed mask), ``verify`` (temperature 1, EAGLE-like
+    bfloat16 logits), command after command without idle or back-pressure, every memory
+    channel answering after ``figure_latency`` clocks; each command checked against the golden
+    and its port counters against its runs, as in the other phases. ``cycles``: the sum over
+    the commands of command accepted to completion taken; bytes from the port counters.
+    """
+    bench = await KernelBench.start(dut, BenchParams)
+    spec = bench.cfg["measure"]
+    point = spec["point"]
+    bench.cfg["memory_bytes"] = spec["memory_bytes"]
+    latency = bench.cfg["figure_latency"]
+    engine = Engine(bench, latency=(latency, latency), stall=0.0, seed=bench.seed,
+                    bad_commands=0.0, vocab_size=point["vocab"],
+                    pool_rows=max(12, point["batch"]), context_len=spec["context_len"])
+    names = engine.params.port_names
+    before = _counters(dut, names)
+    steps = []
+
+    def kept(sequence):
+        for step in sequence:
+            steps.append(step)
+            yield step
+
+    commands = await engine.run(kept(engine.scenario.contract_round(point,
+                                                                  seq_len=spec["seq_len"])))
+    after = _counters(dut, names)
+    ports = {name: after[name]["bytes"] - before[name]["bytes"] for name in names}
+    inputs = [name for name in names if name not in _OUTPUT_PORTS]
+    run = steps[-1].run
+    per_command = {name: cycles for name, (_, cycles) in engine.by_kind.items()}
+    record = {
+        "cycles": engine.cycles,
+        "bytes_in": sum(ports[name] for name in inputs),
+        "bytes_out": sum(ports[name] for name in _OUTPUT_PORTS),
+        "operations": 0,
+        "invocations": point["batch"],
+        "ports": ports,
+        "cycles_per_command": per_command,
+        "rows_read": run["rows_read"],
+        "accept_length": [int(x) for x in run["accept_length"]],
+        "notes": (f"one round at B={point['batch']}, K={point['node_top_k']}, "
+                  f"W={point['tree_width']}, {point['depth']} depths, verify_num "
+                  f"{point['verify_num']} (n={run['n']}), V={point['vocab']}, seq_len "
+                  f"{spec['seq_len']}: {commands} commands, cycles by command {per_command}; "
+                  f"the verify read {run['rows_read']} logits rows (bfloat16, "
+                  f"{engine.params.logit_ports} ports x {engine.params.logit_port_bits} bits), "
+                  f"accepted {record_list(run['accept_length'])}; memory latency {latency} "
+                  f"clocks; the simulated build, requests one after the other"),
+    }
+    bench.log(f"measurement: {record}")
+    write_summary(vectors=commands, cycles=record["cycles"], measurement=record)
+
+
+def record_list(values) -> str:
+    return ", ".join(str(int(x)) for x in values)
