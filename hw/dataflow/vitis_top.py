@@ -44,8 +44,8 @@ KERNEL_NAME = "dataflow"
 
 #: The parameter set ``python -m hw.build --kernel dataflow`` builds by default: the small
 #: build of ``make sim KERNEL=dataflow`` (4 slots, K = 2, W <= 2, MI = 6, MAXV 6) on 256-bit
-#: ports with 64-bit addresses; ``--param dataflow.<name>=<value>`` grows it (the full set is
-#: ``hw.dataflow.engine.synthesis_parameters()``, whose Verilog takes far longer to write).
+#: ports with 64-bit addresses; ``--param dataflow.<name>=<value>`` grows it (the default V80
+#: build is ``hw.kernels.dataflow.V80_PARAMETERS``, whose Verilog takes far longer to write).
 KERNEL_PARAMETERS = {"node_top_k": 2, "max_tree_width": 2, "max_depths": 4,
                      "max_verify_num": 6, "max_node_count": 24, "max_input_size": 6,
                      "max_batch": 4, "max_pool_rows": 16, "address_width": 64,
