@@ -3,7 +3,7 @@ in Amaranth's simulator (small build; the Verilator bench is `make sim KERNEL=da
 
 import pytest
 
-from hw.dataflow.engine import DraftEngine, EngineParams
+from hw.dataflow.engine import EngineParams, PersistentEngine
 from hw.lib.stream import stream_get, stream_put
 from sim.amaranth_tb import simulate
 from sim.dataflow.memory import CardMemory
@@ -17,7 +17,7 @@ SMALL = dict(node_top_k=2, max_tree_width=2, max_depths=4, max_verify_num=6,
 
 def run_scenario(parameters, *, seed, rounds, stall=0.0, **scenario):
     params = EngineParams(**parameters)
-    dut = DraftEngine(**parameters)
+    dut = PersistentEngine(**parameters)
     memory = CardMemory(1 << 18, seed=seed, latency=(1, 6), stall=stall)
     case = Scenario(params, memory, seed=seed, **scenario)
     counts = {"steps": 0}
@@ -65,7 +65,7 @@ def test_contract_round_matches_golden():
     bfloat16 EAGLE-like logits) at a small point: bit-exact, and some drafts accepted."""
     parameters = dict(SMALL, logit_format="bfloat16", max_vocab_size=512)
     params = EngineParams(**parameters)
-    dut = DraftEngine(**parameters)
+    dut = PersistentEngine(**parameters)
     memory = CardMemory(1 << 20, seed=1, latency=(4, 4))
     case = Scenario(params, memory, seed=1, vocab_size=300, context_len=100, bad_commands=0)
     point = dict(batch=2, node_top_k=2, tree_width=2, depth=3, verify_num=6, vocab=300)

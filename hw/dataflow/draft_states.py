@@ -1,5 +1,5 @@
 """The engine's draft-side commands, ``begin_round`` and ``draft_depth``, as states of its
-sequencer (``hw.dataflow.engine.DraftEngine``; what each state does: docs/engine.md)."""
+sequencer (``hw.dataflow.engine.PersistentEngine``; what each state does: docs/engine.md)."""
 
 from amaranth.hdl import Array, Const, Mux, Signal
 
@@ -16,7 +16,7 @@ def begin_round_states(m, c):
     """The sequencer states of ``begin_round``: read and check the argument records, then K2's
     initial rows, the frontier's root and the round's KV slots into ``req_to_token``.
 
-    ``c`` holds the engine's shared signals, memories and kernels (``DraftEngine.elaborate``).
+    ``c`` holds the engine's shared signals, memories and kernels (``PersistentEngine.elaborate``).
     """
     with m.State("BEGIN_CHECK"):
         with m.If(c.cmd.batch_size > c.MAXB):
@@ -193,7 +193,7 @@ def draft_depth_states(m, c):
     """The sequencer states of ``draft_depth``: tokens (checked), then per request K1 and K2, K3
     and the width policy, the stop rules and the next frontier's records.
 
-    ``c`` holds the engine's shared signals, memories and kernels (``DraftEngine.elaborate``).
+    ``c`` holds the engine's shared signals, memories and kernels (``PersistentEngine.elaborate``).
     """
     with m.State("DRAFT_CHECK"):
         m.d.sync += c.n.eq(c.width * c.K)

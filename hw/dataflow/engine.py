@@ -1,6 +1,6 @@
 """The persistent engine (docs/kernels.md §11, docs/engine.md): commands in, tree state on chip.
 
-``DraftEngine`` executes the commands ``begin_round``, ``draft_depth``, ``build_verify``,
+``PersistentEngine`` executes the commands ``begin_round``, ``draft_depth``, ``build_verify``,
 ``verify`` and ``read_state`` bit-exact with ``golden.engine.Engine``. Every slot's cumulative
 tree, ``sort_scores``, ``work_scores`` and draft mask stay in K2's on-chip memories
 (``hw.kernels.update_state``) for the whole round; the round's batch, its frontier, the verify
@@ -53,7 +53,7 @@ from .memory_ports import (
 from .read_state import read_state_states
 from .verify_states import build_verify_states, verify_states
 
-__all__ = ["Opcode", "Status", "StopReason", "EngineParams", "DraftEngine", "ROOT_SCORE_BITS",
+__all__ = ["Opcode", "Status", "StopReason", "EngineParams", "PersistentEngine", "ROOT_SCORE_BITS",
            "ONE_BITS", "counter_layout"]
 
 counter_layout = data.StructLayout({"beats": COUNTER_BITS, "bytes": COUNTER_BITS,
@@ -62,7 +62,7 @@ counter_layout = data.StructLayout({"beats": COUNTER_BITS, "bytes": COUNTER_BITS
 
 @dataclass(frozen=True)
 class EngineParams(ParameterRecord):
-    """Validated build parameters of :class:`DraftEngine` and its port layouts."""
+    """Validated build parameters of :class:`PersistentEngine` and its port layouts."""
 
     node_top_k: int = parameter(8, "``K``.", hi=16)
     max_tree_width: int = parameter(8, "Largest frontier width ``W``.", hi="node_top_k")
@@ -229,7 +229,7 @@ class EngineParams(ParameterRecord):
             f"logits{port}" for port in range(self.logit_ports))
 
 
-class DraftEngine(wiring.Component):
+class PersistentEngine(wiring.Component):
     """The persistent engine, see the module.
 
     Parameters: the fields of :class:`EngineParams`.

@@ -1,5 +1,5 @@
 """The engine's ``read_state`` command as states of its sequencer
-(``hw.dataflow.engine.DraftEngine``): one slot's state out to memory, for debugging and replay.
+(``hw.dataflow.engine.PersistentEngine``): one slot's state out to memory, for debugging and replay.
 
 The state record (docs/engine.md, "Memory formats"): phase, ``seq_len``, ``req_pool_index``
 (-1 for a slot no round has used), ``cumu_count``; then the ``cumu_count`` valid nodes of the
@@ -23,7 +23,7 @@ NODE_WORDS = 6
 def read_state_states(m, c):
     """The sequencer states of ``read_state`` (see the module).
 
-    ``c`` holds the engine's shared signals, memories and kernels (``DraftEngine.elaborate``).
+    ``c`` holds the engine's shared signals, memories and kernels (``PersistentEngine.elaborate``).
     """
     slot = c.cmd.slot
     with m.State("STATE_CHECK"):

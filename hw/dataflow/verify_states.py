@@ -1,5 +1,5 @@
 """The engine's verify-side commands, ``build_verify`` and ``verify``, as states of its
-sequencer (``hw.dataflow.engine.DraftEngine``; what each state does: docs/engine.md)."""
+sequencer (``hw.dataflow.engine.PersistentEngine``; what each state does: docs/engine.md)."""
 
 from amaranth.hdl import Array, Cat, Const, Mux, Signal
 
@@ -17,7 +17,7 @@ def build_verify_states(m, c):
     """The sequencer states of ``build_verify``: K4 on every request's nodes, the tree records,
     mask bytes, indptrs and ``kv_indices``, ``req_to_token`` last.
 
-    ``c`` holds the engine's shared signals, memories and kernels (``DraftEngine.elaborate``).
+    ``c`` holds the engine's shared signals, memories and kernels (``PersistentEngine.elaborate``).
     """
     with m.State("VERIFY_CHECK"):
         clamped = c.clamp_verify(c.verify_num)
@@ -222,7 +222,7 @@ def verify_states(m, c):
     """The sequencer states of ``verify``: request records (checked), per request the fused verify
     and K7, the compaction, the result records and ``verified_id``.
 
-    ``c`` holds the engine's shared signals, memories and kernels (``DraftEngine.elaborate``).
+    ``c`` holds the engine's shared signals, memories and kernels (``PersistentEngine.elaborate``).
     """
     with m.State("RUN_CHECK"):
         m.d.sync += [c.steps.eq(c.depths_run + 1), c.verified_total.eq(0), c.rows_read.eq(0),

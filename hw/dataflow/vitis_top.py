@@ -1,6 +1,6 @@
 """The engine as a Vitis RTL kernel (docs/vitis.md, "The engine's kernel").
 
-``EngineKernel`` wraps ``DraftEngine`` for XRT: ``ap_clk``/``ap_rst_n`` (active low), the
+``EngineKernel`` wraps ``PersistentEngine`` for XRT: ``ap_clk``/``ap_rst_n`` (active low), the
 AXI4-Lite control slave ``s_axi_control`` (``hw.lib.axi_lite.ControlRegisters``,
 ``ap_ctrl_chain``) and one AXI4 master ``m_axi_<port>`` per memory port, all with the names
 Vivado's IP packager infers the interfaces from. Commands come from a ring in card memory
@@ -32,7 +32,7 @@ from amaranth.lib.wiring import In, Out
 from boards.vitis import KernelInterface, MemoryPort
 from hw.lib.axi_lite import AXI4LiteSignature, ControlRegisters
 
-from .engine import DraftEngine, EngineParams
+from .engine import EngineParams, PersistentEngine
 from .ring import CommandRing, CompletionRing
 
 __all__ = ["KERNEL_NAME", "KERNEL_PARAMETERS", "RING_SCALARS", "READ_ONLY", "EngineKernel",
@@ -115,7 +115,7 @@ def vitis_interface(params: EngineParams) -> KernelInterface:
 
 
 class EngineKernel(wiring.Component):
-    """``DraftEngine`` with its rings and control registers as a Vitis RTL kernel (see the
+    """``PersistentEngine`` with its rings and control registers as a Vitis RTL kernel (see the
     module).
 
     Parameters: the fields of :class:`EngineParams`.
@@ -165,7 +165,7 @@ class EngineKernel(wiring.Component):
 
         m.submodules.control = ctrl = ControlRegisters(
             interface.arguments, address_width=interface.control_address_width)
-        m.submodules.engine = engine = DraftEngine(**asdict(p))
+        m.submodules.engine = engine = PersistentEngine(**asdict(p))
         ring_args = dict(address_width=p.address_width, port_bits=p.port_bits)
         m.submodules.command_ring = commands = CommandRing(p.command_layout, **ring_args)
         m.submodules.completion_ring = completions = CompletionRing(p.completion_layout,

@@ -1,6 +1,6 @@
 """The persistent engine as a Vitis RTL kernel, for ``python -m hw.build --kernel dataflow``.
 
-The kernel is ``hw.dataflow.vitis_top.EngineKernel`` (``DraftEngine``, its command and
+The kernel is ``hw.dataflow.vitis_top.EngineKernel`` (``PersistentEngine``, its command and
 completion rings, the AXI4-Lite control registers and the m_axi ports with Vitis names); its
 default parameter set is the small ``KERNEL_PARAMETERS`` (docs/vitis.md, "The engine's
 kernel"). The build writes its Vitis packaging too (``EngineKernel.vitis_interface``).

@@ -1,4 +1,4 @@
-"""Simulation target of the persistent engine ``hw.dataflow.engine.DraftEngine``: ``dataflow``
+"""Simulation target of the persistent engine ``hw.dataflow.engine.PersistentEngine``: ``dataflow``
 (`make sim KERNEL=dataflow`).
 
 ``host`` lays out a command's argument records and arrays in card memory, builds the command
@@ -80,7 +80,7 @@ TARGET = EngineTarget(
     "persistent engine (begin_round, draft_depth, build_verify, verify, read_state) vs "
     "golden.engine: random rounds with bad commands, memory latency and stalls, port "
     "counters; CASE= command sequences",
-    component="hw.dataflow.engine:DraftEngine",
+    component="hw.dataflow.engine:PersistentEngine",
     parameters=PARAMETERS,
     config={
         "figures_rounds": 40,  # rounds of the unstressed phase

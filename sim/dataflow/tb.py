@@ -1,4 +1,4 @@
-"""cocotb testbench: the engine (``hw.dataflow.engine.DraftEngine``) against
+"""cocotb testbench: the engine (``hw.dataflow.engine.PersistentEngine``) against
 ``golden.engine.Engine``.
 
 Configuration: ``parameters`` (the DUT's), ``seed``, ``figures_rounds`` and ``random_rounds``
