@@ -57,7 +57,7 @@ def _config_port(dut):
     """The ``config`` input (``config`` is a Verilog keyword: Amaranth escapes the name)."""
     for name in ("config", "\\config ", "\\config"):
         try:
-            return dut._id(name, extended=False)
+            return dut[name]
         except (AttributeError, KeyError):
             continue
     raise AttributeError("the model has no `config` port")
@@ -110,9 +110,18 @@ class Engine:
             before = _counters(bench.dut, self.params.port_names)
             served = {name: port.server.beats for name, port in self.ports.items()}
             command = {**self._unused, **step.command}
-            run = await bench.run({"command": bench.pack("command", 1, **command)},
-                                  {"completion": 1}, work=self._work(step), idle=idle,
-                                  backpressure=backpressure, endpoints=self.ports.values())
+            try:
+                run = await bench.run({"command": bench.pack("command", 1, **command)},
+                                      {"completion": 1}, work=self._work(step), idle=idle,
+                                      backpressure=backpressure,
+                                      endpoints=self.ports.values())
+            except TimeoutError as error:
+                state = getattr(bench.dut, "sequencer_state", None)
+                raise TimeoutError(
+                    f"{error}: {step.name} (tag {step.command['tag']}, golden status "
+                    f"{step.status.name}, command {self.commands} of the run, command "
+                    f"{command}); sequencer state code "
+                    f"{None if state is None else int(state.value)}") from error
             fields = bench.unpack("completion", run.items["completion"])
             check_step(step, {name: int(values[0]) for name, values in fields.items()}, host)
             after = _counters(bench.dut, self.params.port_names)
