@@ -17,7 +17,7 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Value, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .pipeline import shift_right_sticky, stage
+from .pipeline import count_leading_zeros, shift_right_sticky, stage
 
 __all__ = [
     "CANONICAL_NAN", "POSITIVE_INFINITY",
@@ -158,12 +158,6 @@ def _leading_zeros_from_groups(groups: Value, width: int, offset: int = 0,
     for k in reversed(range(len(groups) // 7)):  # the first group with a one wins
         result = Mux(groups[7 * k + 6], groups[7 * k:7 * k + 6].as_signed(), result)
     return result
-
-
-def leading_zeros(value: Value) -> Value:
-    """Leading zeros of ``value`` (at most 31 bits) in about three LUT levels: the group
-    tables and their priority selection in one stage (unsigned, 6 bits)."""
-    return _leading_zeros_from_groups(_leading_zero_groups(value), len(value)).as_unsigned()
 
 
 class Float32Multiply(wiring.Component):
@@ -313,15 +307,14 @@ class Float32Add(wiring.Component):
     Uses the textbook guard/round/sticky datapath: the smaller operand is aligned into a
     27-bit field (24 significand bits and 3 extra bits, the last one sticky), which is enough
     for a correctly rounded sum and difference. Stages: (1) decode, order by magnitude,
-    special cases; (2) alignment shift; (3) add or subtract; (4) leading-zero count of the
-    sum; (5) normalisation shift, limited at the subnormal exponent; (6) round to nearest
-    even. An exact zero sum is ``+0.0`` unless both addends are negative zeros. (The count
-    and the shift were one stage of 13 LUT levels before the 300 MHz rule of docs/timing.md.)
+    special cases; (2) alignment shift; (3) add or subtract; (4) normalisation by leading-zero
+    count, limited at the subnormal exponent; (5) round to nearest even. An exact zero sum is
+    ``+0.0`` unless both addends are negative zeros.
 
     Attributes
     ----------
     latency : int
-        Clocks from an operand pair to its sum: 6.
+        Clocks from an operand pair to its sum: 5.
 
     Members
     -------
@@ -335,7 +328,7 @@ class Float32Add(wiring.Component):
         The rounded sum; canonical NaN for NaN operands and ``inf - inf``.
     """
 
-    latency = 6
+    latency = 5
 
     def __init__(self):
         super().__init__({
@@ -385,38 +378,30 @@ class Float32Add(wiring.Component):
         s3_sum = stage(m, en, total, name="s3_sum")
         s3 = {name: stage(m, en, s2[name], name=f"s3_{name}") for _, name in pass_through}
 
-        # Stage 4: the leading zeros of the sum (and whether it is zero, and the lowest
-        # exponent a left shift may reach: 1).
-        s4 = {name: stage(m, en, value, name=f"s4_{name}") for name, value in {
-            "sum": s3_sum, "leading_zeros": leading_zeros(s3_sum[:27]),
-            "is_zero": s3_sum == 0, "left_limit": (s3["exponent"] - 1)[:8],
-            **{name: s3[name] for _, name in pass_through}}.items()}
-
-        # Stage 5: normalise. A carry out shifts right by one (its lost bit stays sticky);
-        # otherwise shift left by the leading zeros, but never below exponent 1 (subnormal:
-        # then, or for a zero sum, the leading bit does not reach bit 26).
-        total, zeros = s4["sum"], s4["leading_zeros"]
-        carry = total[27]
-        reaches = zeros <= s4["left_limit"]
-        left_amount = Mux(reaches, zeros, s4["left_limit"])
-        normalised = Mux(carry, Cat(total[0] | total[1], total[2:28]),
-                         (total[:27] << left_amount[:5])[:27])
-        exponent = Mux(carry, s4["exponent"] + 1, s4["exponent"] - left_amount)[:9]
-        s5_significand = stage(m, en, normalised, name="s5_significand")
-        s5_exponent_field = stage(m, en, Mux(carry | (reaches & ~s4["is_zero"]), exponent, 0),
-                                  name="s5_exponent_field")
-        s5_is_zero = stage(m, en, s4["is_zero"], name="s5_is_zero")
-        s5 = {name: stage(m, en, s4[name], name=f"s5_{name}") for _, name in pass_through
+        # Stage 4: normalise. A carry out shifts right by one (its lost bit stays sticky);
+        # otherwise shift left by the leading zeros, but never below exponent 1 (subnormal).
+        carry = s3_sum[27]
+        leading_zeros = count_leading_zeros(s3_sum[:27])
+        left_limit = (s3["exponent"] - 1)[:8]
+        left_amount = Mux(leading_zeros < left_limit, leading_zeros, left_limit)
+        normalised = Mux(carry, Cat(s3_sum[0] | s3_sum[1], s3_sum[2:28]),
+                         (s3_sum[:27] << left_amount)[:27])
+        exponent = Mux(carry, s3["exponent"] + 1, s3["exponent"] - left_amount)[:9]
+        s4_significand = stage(m, en, normalised, name="s4_significand")
+        s4_exponent_field = stage(m, en, Mux(normalised[26], exponent, 0)[:9],
+                                  name="s4_exponent_field")
+        s4_is_zero = stage(m, en, s3_sum == 0, name="s4_is_zero")
+        s4 = {name: stage(m, en, s3[name], name=f"s4_{name}") for _, name in pass_through
               if name != "exponent"}
 
-        # Stage 6: round; only a carry out of exponent 254 overflows before rounding.
+        # Stage 5: round; only a carry out of exponent 254 overflows before rounding.
         magnitude = _round_to_nearest_even(
-            s5_exponent_field, s5_significand[3:27], guard=s5_significand[2],
-            sticky=s5_significand[:2].any())
-        magnitude = Mux(s5_exponent_field >= 0xFF, POSITIVE_INFINITY, magnitude)
-        sign = Mux(s5_is_zero, s5["zero_sign"], s5["sign"])
+            s4_exponent_field, s4_significand[3:27], guard=s4_significand[2],
+            sticky=s4_significand[:2].any())
+        magnitude = Mux(s4_exponent_field >= 0xFF, POSITIVE_INFINITY, magnitude)
+        sign = Mux(s4_is_zero, s4["zero_sign"], s4["sign"])
         m.d.comb += self.result.eq(stage(
-            m, en, Mux(s5["special"], s5["special_value"], Cat(magnitude[:31], sign)),
-            name="s6_result"))
+            m, en, Mux(s4["special"], s4["special_value"], Cat(magnitude[:31], sign)),
+            name="s5_result"))
         return m
 
