@@ -121,11 +121,14 @@ def build_verify_states(m, c):
             m.d.sync += c.trees.eq(c.trees + 1)
             with m.If(record.invalid):
                 m.d.sync += c.invalid.eq(1)
-        # (c) mask rows into bytes; the row width of the request they belong to
+        # (c) mask rows into bytes; the row width of the request they belong to (its seq_len
+        # read a clock ahead: the next request's first row may follow the last one at once)
+        request_done = (c.k4.mask.valid & c.k4.mask.ready & c.k4.mask.payload.row_last
+                        & (c.mask_rows == c.vn - 1))
         m.d.comb += [c.mask_bytes.mask.valid.eq(c.k4.mask.valid),
                      c.mask_bytes.mask.payload.eq(c.k4.mask.payload),
                      c.k4.mask.ready.eq(c.mask_bytes.mask.ready),
-                     c.seq_mask_rd.addr.eq(c.row(c.mask_b)),
+                     c.seq_mask_rd.addr.eq(c.row(c.mask_b + request_done)),
                      c.mask_bytes.packed.eq(c.mode == TreeMaskMode.QLEN_ONLY_BITPACKING),
                      c.mask_bytes.columns.eq(Mux(c.mode == TreeMaskMode.FULL_MASK,
                                                c.seq_mask_rd.data + c.vn, c.vn))]
