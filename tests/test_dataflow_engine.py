@@ -1,6 +1,7 @@
 """The engine's draft side (hw/dataflow/engine.py) against golden.engine on random rounds,
 in Amaranth's simulator (small build; the Verilator bench is `make sim KERNEL=dataflow`)."""
 
+import numpy as np
 import pytest
 
 from hw.dataflow.engine import EngineParams, PersistentEngine
@@ -86,3 +87,39 @@ def test_contract_round_matches_golden():
 def test_bad_parameters():
     with pytest.raises(ValueError, match="max_tree_width"):
         EngineParams(**dict(SMALL, max_tree_width=3))
+
+
+@pytest.mark.parametrize("seq_lens", [(0, 5), (0, 0, 9, 0)])
+def test_full_mask_rows_of_one_byte(seq_lens):
+    """Edge case of the mask bytes: FULL layout, ``n = 1`` (``verify_num`` 1), requests of
+    ``seq_len`` 0 (one-byte rows) between longer ones. (The soak's hang, a row width read a
+    clock late, needs the next request's row at once under back-pressure; this directed
+    case does not reach it, the Verilator soak does.)"""
+    params = EngineParams(**SMALL)
+    dut = PersistentEngine(**SMALL)
+    memory = CardMemory(1 << 18, seed=5, latency=(1, 1))
+    case = Scenario(params, memory, seed=5, bad_commands=0)
+    b = len(seq_lens)
+    rng = case.rng
+    args = dict(slots=np.arange(b, dtype=np.int64),
+                root_tokens=rng.integers(0, case.vocab, b, dtype=np.int64),
+                seq_lens=np.array(seq_lens, np.int64),
+                req_pool_indices=np.arange(b, dtype=np.int64),
+                draft_cache_locs=rng.integers(0, 1 << 20, (b, params.kv_slots),
+                                              dtype=np.int64),
+                verify_num=1, depths=1)
+
+    def steps():
+        yield case._begin(args)
+        yield case._draft(*case._draft_inputs(b, 1), width=None)
+        yield case._build(0)
+
+    async def bench(ctx):
+        ctx.set(dut.config, case.config)
+        for step in steps():
+            assert step.status == 0, step.name
+            await stream_put(ctx, dut.command, step.command)
+            completion = await stream_get(ctx, dut.completion)
+            check_step(step, _fields(completion), case.host)
+
+    simulate(dut, bench, background=_servers(memory, dut, params))
