@@ -12,6 +12,8 @@
   the 300 MHz logic-depth rule (docs/timing.md), read from ``reports/synth/<kernel>.json``
   (``python -m hw.synth`` writes it; ``make report`` never runs Yosys); the µs figure of a
   kernel that breaks the rule is marked.
+* ``reports/fusion_design.md`` (once the dataflow engine is measured): what moves through memory
+  per round, the engine's ports and commands against the unfused kernels (``flow.fusion``).
 
 Progress is numbered on the console and logged to ``build/report/report.log``; the
 simulator output of each measurement goes to ``build/report/<kernel>-<point>.log``.
@@ -32,6 +34,7 @@ from pathlib import Path
 from boards import BOARDS, RESOURCES, Board, board, board_names, load_schema
 
 from .common import REPO_ROOT, Console, FlowError, find_sim_target, git_revision, tool_versions
+from .fusion import render_fusion_design
 
 __all__ = ["CONTRACT", "REPORT_DIR", "LOG_DIR", "SYNTH_DIR", "load_contract",
            "contract_points", "timing_rule", "measure_kernels", "budget_sheet",
@@ -324,7 +327,8 @@ def measure_kernels(contract: dict, points: list[dict], target: Board, console: 
                 "notes": result.get("notes"),
                 "source": result.get("source")
                 or f"simulation: sim target `{kernel}` measure(), seed {seed}",
-                **{key: result[key] for key in ("rows_read", "logit_bytes") if key in result},
+                **{key: result[key] for key in ("rows_read", "logit_bytes", "commands")
+                   if key in result},
             })
             console.detail(f"  {point['id']}: {result} ({time.monotonic() - start:.1f} s)")
         measured = [r for r in rows if r["kernel"] == kernel]
@@ -582,6 +586,10 @@ def main(argv=None) -> int:
         (out / "cycle_budget.md").write_text(render_budget(sheet))
         console.say(f"  {out / 'cycle_budget.json'}, {out / 'cycle_budget.md'}: "
                     f"{len(rows)} measured rows, {len(missing)} not measured")
+        fusion = render_fusion_design(sheet)
+        if fusion is not None:
+            (out / "fusion_design.md").write_text(fusion)
+            console.say(f"  {out / 'fusion_design.md'}: the engine against the unfused kernels")
         console.step(f"plotting {out / 'cycle_budget.png'}")
         plot_budget(sheet, out / "cycle_budget.png")
         console.say(f"done in {time.monotonic() - started:.1f} s")

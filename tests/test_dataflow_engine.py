@@ -9,6 +9,7 @@ from hw.lib.stream import stream_get, stream_put
 from sim.amaranth_tb import simulate
 from sim.dataflow.memory import CardMemory
 from sim.dataflow.rounds import Scenario, check_step
+from sim.tree_verify.schedule import call_cycles
 
 SMALL = dict(node_top_k=2, max_tree_width=2, max_depths=4, max_verify_num=6,
              max_node_count=24, max_input_size=6, max_batch=4, max_pool_rows=16,
@@ -63,25 +64,34 @@ def test_single_slot_k1_width1():
 
 def test_contract_round_matches_golden():
     """The measurement's round (`Scenario.contract_round`: forced widths, bit-packed mask,
-    bfloat16 EAGLE-like logits) at a small point: bit-exact, and some drafts accepted."""
+    bfloat16 EAGLE-like logits) at a small point: bit-exact, some drafts accepted, and the
+    fused verify's clocks inside the engine (the logits ports' busy cycles) equal to its
+    schedule formula, by which the measurement reports the V80 build."""
     parameters = dict(SMALL, logit_format="bfloat16", max_vocab_size=512)
     params = EngineParams(**parameters)
     dut = PersistentEngine(**parameters)
     memory = CardMemory(1 << 20, seed=1, latency=(4, 4))
     case = Scenario(params, memory, seed=1, vocab_size=300, context_len=100, bad_commands=0)
-    point = dict(batch=2, node_top_k=2, tree_width=2, depth=3, verify_num=6, vocab=300)
-    accepted = []
+    point = dict(batch=2, node_top_k=2, tree_width=2, depth=3, verify_num=6,
+                 vocab=300)
+    logits0 = params.port_names.index("logits0")
+    run, fused = {}, []
 
     async def bench(ctx):
         ctx.set(dut.config, case.config)
         for step in case.contract_round(point, seq_len=20):
+            before = ctx.get(dut.counters[logits0].busy_cycles)
             await stream_put(ctx, dut.command, step.command)
             completion = await stream_get(ctx, dut.completion)
             check_step(step, _fields(completion), case.host)
-            accepted.extend(step.run.get("accept_length", []))
+            fused.append(ctx.get(dut.counters[logits0].busy_cycles) - before)
+            run.update(step.run)
 
     simulate(dut, bench, background=_servers(memory, dut, params))
-    assert len(accepted) == 2 and sum(accepted) > 2
+    assert len(run["accept_length"]) == 2 and sum(run["accept_length"]) > 2
+    # CardMemory's latency L is sim.tree_verify's L + 1 (its first beat a clock later)
+    formula = call_cycles(params.verify, run["fused_call"], run["traces"], latency=4 + 1)
+    assert fused[-1] == sum(formula) > 0 and not any(fused[:-1])
 
 
 def test_bad_parameters():

@@ -114,3 +114,22 @@ def test_soak_under_verilator(sim_report):
     assert summary["random_vectors"] == 2000
     sim_report(f"dataflow soak: 2,000 stressed rounds, {summary['vectors']:,} commands "
                "bit-exact with golden.engine")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tree", ["small", "serving", "eagle2"])
+def test_contract_trees_under_verilator(tree, sim_report):
+    """Random rounds on the cycle budget's build of each contract tree (K = 4, 8, 10; W up to
+    K; the measurement's model, so `make report` and this test build it once): ``figures``
+    and ``random`` at V = 32, every command against the golden."""
+    from flow.report import contract_points, load_contract
+
+    point = next(p for p in contract_points(load_contract()) if p["tree"] == tree)
+    parameters, _ = TARGET.measure_parameters(point)
+    summary = TARGET.run(parameters, overrides={"figures_rounds": 10, "random_rounds": 30,
+                                                "memory_bytes": 1 << 22},
+                         log_file=BUILD_ROOT / f"pytest-dataflow-{tree}.log")
+    assert summary["random_vectors"] == 40
+    sim_report(f"dataflow at the {tree} tree (K = {parameters['node_top_k']}, "
+               f"W <= {parameters['max_tree_width']}, MAXV {parameters['max_verify_num']}): "
+               f"40 random rounds, {summary['vectors']:,} commands bit-exact with golden.engine")

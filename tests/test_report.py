@@ -306,3 +306,37 @@ def test_targets_with_measure_outside_the_contract_are_found():
     contract = flow.report.load_contract()
     # The float32 cores' targets have no measure(): nothing outside the contract.
     assert flow.report._measured_outside_contract(contract) == []
+
+
+def _sheet_row(kernel, point, phase, *, cycles, total, **extra):
+    return {"kernel": kernel, "point": point, "phase": phase, "cycles": cycles,
+            "microseconds": cycles / 300, "bytes_total": total, **extra}
+
+
+def test_fusion_design_states_both_gates_at_the_serving_point():
+    """``reports/fusion_design.md``: the engine against the sum of the eight unfused kernels,
+    per point, the serving point's goals (20 µs, 20x fewer bytes) judged on the figures."""
+    from flow.fusion import render_fusion_design
+
+    contract = flow.report.load_contract()
+    kernels = dict(contract["kernels"])
+    unfused = [k for k, phase in kernels.items() if phase in ("draft", "verify")]
+    assert len(unfused) == 8
+    points = ["serving-b1-v128256", "small-b1-v32000"]
+    rows = [_sheet_row(k, p, kernels[k], cycles=3000, total=1000) for k in unfused
+            for p in points]
+    sheet = {"seed": 1, "board": {"clock_mhz": 300.0}, "points": points, "kernels": kernels,
+             "rows": rows}
+    assert render_fusion_design(sheet) is None  # no engine row yet
+    engine = _sheet_row("dataflow", "serving-b1-v128256", "round", cycles=7500, total=400,
+                        ports={"read": 100, "logits0": 150, "logits1": 150},
+                        commands={"verify": {"count": 1, "cycles": 5000,
+                                             "ports": {"logits0": 150, "logits1": 150}}},
+                        source="simulated")
+    text = render_fusion_design({**sheet, "rows": rows + [engine]})
+    assert "| serving-b1-v128256 | 7,500 | 25.00 | 400 | 8,000 | 20.0x | 80.0 |" in text
+    assert "| small-b1-v32000 | not measured |" in text
+    assert "25.00 µs (7,500 cycles): misses the 20 µs goal" in text
+    assert "(20.0x): meets the 20x goal" in text
+    assert "| serving-b1-v128256 | 100 | 300 | 0 | 0 | 0 |" in text  # logits ports summed
+    assert "| `verify` | 1 | 5,000 | 0 | 300 | 0 | 0 | 0 |" in text

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from golden.engine import Engine, EngineConfig, Status
-from sim.tree_verify.call import to_bfloat16
+from sim.tree_verify.call import Call, to_bfloat16
+from sim.tree_verify.results import expected
 
 from .host import STOP_REASONS, EngineHost, run_beats
 
@@ -313,10 +314,20 @@ class Scenario:
                 "max_seq_lens": np.full(b, self.host.table_shape[1], np.int64),
                 "uniform_samples": rng.random((b, n), dtype=np.float32),
                 "uniform_samples_for_final_sampling": rng.random(b, dtype=np.float32)}
+        # the fused verify's call, for its schedule formula (sim.tree_verify.schedule)
+        call = Call(name="contract_round", mode="sampling", steps=r.depths_run + 1,
+                    candidates=r.verify["draft_tokens"].reshape(b, n).astype(np.int64),
+                    **{key: r.verify[key].reshape(b, n).astype(np.int64) for key in (
+                        "retrive_index", "retrive_next_token", "retrive_next_sibling")},
+                    **{key: args[key] for key in (
+                        "target_logits", "temperatures", "uniform_samples",
+                        "uniform_samples_for_final_sampling")}, logit_format="bfloat16")
+        traces = expected(call)["traces"]
         completion = self.golden.verify(**args)
         step = Step("verify", self.host.verify(**args), completion.status,
                     req_to_token=self.golden.req_to_token.copy())
-        step.run = dict(completion.outputs, n=n, steps=r.depths_run + 1)
+        step.run = dict(completion.outputs, n=n, steps=call.steps, fused_call=call,
+                        traces=traces)
         yield step
 
     def contract_logits(self, head_mass):

@@ -27,8 +27,10 @@ import json
 import cocotb
 
 from hw.dataflow.engine import EngineParams, counter_layout
+from hw.kernels.tree_verify import V80_BUILD, TreeVerifyParams
 from sim.bench import KernelBench, write_summary
 from sim.payload import layout_fields, pack
+from sim.tree_verify.schedule import call_cycles
 
 from .cases import read_case
 from .memory import CardMemory
@@ -218,7 +220,12 @@ async def measurement(dut):
     bfloat16 logits), command after command without idle or back-pressure, every memory
     channel answering after ``figure_latency`` clocks; each command checked against the golden
     and its port counters against its runs, as in the other phases. ``cycles``: the sum over
-    the commands of command accepted to completion taken; bytes from the port counters.
+    the commands of command accepted to completion taken, with the fused verify's share (its
+    clocks in the engine, checked equal to its schedule formula on the simulated build)
+    replaced by the formula's for the V80 build (``V80_BUILD``: 32 ports x 512 bits, 1,024
+    lanes) on the same walks, as ``sim/tree_verify``'s measurement reports it; the simulated
+    figures under ``simulated``. Bytes from the port counters (the V80 build reads the same
+    rows), in all and per command (``commands``).
     """
     bench = await KernelBench.start(dut, BenchParams)
     spec = bench.cfg["measure"]
@@ -231,11 +238,20 @@ async def measurement(dut):
     names = engine.params.port_names
     before = _counters(dut, names)
     steps = []
+    by_command = {}  # command -> {"count", "ports": port -> bytes}
 
     def kept(sequence):
+        last = before
         for step in sequence:
             steps.append(step)
-            yield step
+            yield step  # (resumed once the command has completed)
+            now = _counters(dut, names)
+            entry = by_command.setdefault(step.name, {"count": 0, "ports": dict.fromkeys(
+                names, 0)})
+            entry["count"] += 1
+            for name in names:
+                entry["ports"][name] += now[name]["bytes"] - last[name]["bytes"]
+            last = now
 
     commands = await engine.run(kept(engine.scenario.contract_round(point,
                                                                   seq_len=spec["seq_len"])))
@@ -244,24 +260,44 @@ async def measurement(dut):
     inputs = [name for name in names if name not in _OUTPUT_PORTS]
     run = steps[-1].run
     per_command = {name: cycles for name, (_, cycles) in engine.by_kind.items()}
+    # The fused verify's clocks (its requests' command to last result: the logits ports'
+    # busy cycles) must be its schedule formula's on the simulated build; the V80 build's
+    # verify (V80_BUILD, 1,024 lanes) replaces them by the formula's on the same walks.
+    fused = after["logits0"]["busy_cycles"] - before["logits0"]["busy_cycles"]
+    # (CardMemory's latency L is the formula's L + 1: its first beat comes a clock later.)
+    call, traces = run["fused_call"], run["traces"]
+    formula = call_cycles(engine.params.verify, call, traces, latency=latency + 1)
+    assert fused == sum(formula), \
+        f"the fused verify ran {fused} clocks, its schedule formula says {formula}"
+    v80 = call_cycles(TreeVerifyParams(**V80_BUILD), call, traces, latency=latency + 1)
+    simulated = dict(per_command)
+    per_command["verify"] += sum(v80) - fused
+    for name, entry in by_command.items():
+        entry["cycles"] = per_command[name]
     record = {
-        "cycles": engine.cycles,
+        "cycles": engine.cycles - fused + sum(v80),
         "bytes_in": sum(ports[name] for name in inputs),
         "bytes_out": sum(ports[name] for name in _OUTPUT_PORTS),
         "operations": 0,
         "invocations": point["batch"],
         "ports": ports,
-        "cycles_per_command": per_command,
+        "commands": by_command,
         "rows_read": run["rows_read"],
         "accept_length": [int(x) for x in run["accept_length"]],
+        "source": (f"simulated, with the fused verify's {fused} clocks on the simulated "
+                   f"build ({engine.params.logit_ports} x {engine.params.logit_port_bits}-bit "
+                   f"ports, bfloat16) replaced by its schedule formula for the V80 build "
+                   f"(V80_BUILD, 1,024 lanes): {record_list(v80)} per request"),
+        "simulated": {"cycles": engine.cycles, "cycles_per_command": simulated,
+                      "fused_verify": formula},
         "notes": (f"one round at B={point['batch']}, K={point['node_top_k']}, "
                   f"W={point['tree_width']}, {point['depth']} depths, verify_num "
                   f"{point['verify_num']} (n={run['n']}), V={point['vocab']}, seq_len "
-                  f"{spec['seq_len']}: {commands} commands, cycles by command {per_command}; "
-                  f"the verify read {run['rows_read']} logits rows (bfloat16, "
-                  f"{engine.params.logit_ports} ports x {engine.params.logit_port_bits} bits), "
-                  f"accepted {record_list(run['accept_length'])}; memory latency {latency} "
-                  f"clocks; the simulated build, requests one after the other"),
+                  f"{spec['seq_len']}: {commands} commands, cycles by command {per_command} "
+                  f"(the verify's fused part by the V80 build's schedule formula); the verify "
+                  f"read {run['rows_read']} logits rows (bfloat16), accepted "
+                  f"{record_list(run['accept_length'])}; memory latency {latency} clocks; "
+                  f"requests one after the other"),
     }
     bench.log(f"measurement: {record}")
     write_summary(vectors=commands, cycles=record["cycles"], measurement=record)
