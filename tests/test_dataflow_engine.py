@@ -133,3 +133,13 @@ def test_full_mask_rows_of_one_byte(seq_lens):
             check_step(step, _fields(completion), case.host)
 
     simulate(dut, bench, background=_servers(memory, dut, params))
+
+
+def test_result_records_of_a_deep_predicts_memory():
+    """A build whose `predicts` memory needs more address bits than a result record's word
+    index (MAXV 40: 160 rows): the records' predicts rows are read a word ahead of the
+    header's end (a wrapped index there read another request's first word; found at the
+    serving point, B = 8, MAXV 64)."""
+    parameters = dict(SMALL, node_top_k=4, max_tree_width=4, max_verify_num=40,
+                      max_node_count=64, max_input_size=12)
+    assert run_scenario(parameters, seed=4, rounds=3, bad_commands=0.0) >= 12

@@ -462,7 +462,9 @@ def verify_states(m, c):
         words_per = c.p.verify_result_words + c.steps + c.vn + ((c.vn + 31) >> 5)
         m.d.comb += [c.vres_rd.addr.eq(c.b), c.accidx_rd.addr.eq(c.b), c.inverse_rd.addr.eq(c.b),
                      c.aslot_rd.addr.eq(c.b)]
-        x, y, zz = (Signal(range(c.MAXV + c.p.max_steps + 64), name=name)
+        # signed: the predicts row is read a word ahead, from y = -1 (+ the taken word)
+        x, y, zz = (Signal(range(-(c.p.verify_result_words + c.p.max_steps + c.MAXV),
+                                 c.MAXV + c.p.max_steps + 64), name=name)
                     for name in ("past_header", "predicts_index", "evict_index"))
         m.d.comb += [x.eq(c.i - c.p.verify_result_words), y.eq(x - c.steps), zz.eq(y - c.vn)]
         taken = c.rwriter.words.valid & c.rwriter.words.ready
@@ -492,7 +494,7 @@ def verify_states(m, c):
             with m.If(c.i < c.p.verify_result_words):
                 m.d.comb += value.eq(header_words[c.i])
             with m.Elif(x < c.steps):
-                m.d.comb += value.eq(c.accidx_rd.data[x])
+                m.d.comb += value.eq(c.accidx_rd.data[x.as_unsigned()])
             with m.Elif(y < c.vn):
                 m.d.comb += value.eq(c.predicts_rd.data)
             with m.Else():
