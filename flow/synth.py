@@ -26,7 +26,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-from amaranth.back import verilog
+from amaranth.back import rtlil, verilog
 
 from . import timing
 from .common import REPO_ROOT, discover_kernels
@@ -82,7 +82,8 @@ def _yosys() -> str:
 
 def synthesize(component, *, name: str, family: str = "xcup", report_dir: Path = REPORT_DIR,
                log=print, verilog_text: str | None = None, work_dir: Path | None = None,
-               parameters: dict | None = None, report_name: str | None = None) -> dict:
+               parameters: dict | None = None, report_name: str | None = None,
+               frontend: str = "verilog") -> dict:
     """Run ``synth_xilinx`` on ``component``; return its report (also written to REPORT_DIR):
     resources, cell counts, the timing proxy (``flow.timing.analyse``) and ``parameters``.
 
@@ -107,6 +108,11 @@ def synthesize(component, *, name: str, family: str = "xcup", report_dir: Path =
         The parameter set, recorded in the report (``parameter_set``).
     report_name : str or None
         File name of the report without suffix (default ``name``).
+    frontend : str
+        How the design reaches Yosys: ``verilog`` (Amaranth's Verilog), or ``rtlil`` (its
+        RTLIL, which Yosys reads in seconds where the Verilog frontend takes most of an hour on
+        the engine's 27 MB, mostly statements initialising K2's memories; ABC maps the two a
+        little differently, so a kernel keeps one frontend: its module's ``SYNTH_FRONTEND``).
     """
     yosys = _yosys()
     if not Path(yosys).exists():
@@ -114,12 +120,17 @@ def synthesize(component, *, name: str, family: str = "xcup", report_dir: Path =
                                 "`synth` extra: pip install -e '.[synth]')")
     work = Path(work_dir) if work_dir is not None else WORK_DIR / name
     work.mkdir(parents=True, exist_ok=True)
-    if verilog_text is None:
-        verilog_text = verilog.convert(component, name=name, emit_src=False)
-    (work / f"{name}.v").write_text(verilog_text)
+    if frontend == "rtlil":
+        (work / f"{name}.il").write_text(rtlil.convert(component, name=name, emit_src=False))
+        read = f"read_rtlil {name}.il"
+    else:
+        if verilog_text is None:
+            verilog_text = verilog.convert(component, name=name, emit_src=False)
+        (work / f"{name}.v").write_text(verilog_text)
+        read = f"read_verilog -sv {name}.v"
     # The netlist for flow.timing, without what it does not read (source locations, LUT
     # contents) to keep it small.
-    script = (f"read_verilog -sv {name}.v; "
+    script = (f"{read}; "
               f"synth_xilinx -flatten -noiopad -noclkbuf -family {family} -top {name}; "
               "tee -q -o stat.json stat -json; tee -q -o stat.txt stat -tech xilinx; "
               "attrmap -remove src -remove module_not_derived; setparam -unset INIT t:LUT*; "
@@ -245,9 +256,11 @@ def main(argv=None) -> int:
             label = "v80" if overrides else label
         print(f"[{step}/{len(names)}] {name} ({label} parameters)", flush=True)
         stem = f"{name}.{label}" if overrides else name
+        module = importlib.import_module(kernels[name].module)
         report = synthesize(kernels[name].factory(**overrides), name=name,
                             parameters=parameter_set(kernels[name], overrides, label),
-                            report_name=stem)
+                            report_name=stem,
+                            frontend=getattr(module, "SYNTH_FRONTEND", "verilog"))
         resources = ", ".join(f"{key} {value:g}" for key, value in report["resources"].items())
         print(f"  {resources} ({report['seconds']} s) -> {REPORT_DIR / stem}.json", flush=True)
         print(_timing_line(report), flush=True)

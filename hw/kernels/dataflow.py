@@ -11,7 +11,11 @@ from dataclasses import asdict
 from hw.dataflow.engine import EngineParams
 from hw.dataflow.vitis_top import EngineKernel, kernel_parameters
 
-__all__ = ["synthesis_parameters", "synthesis_configuration", "V80_PARAMETERS"]
+__all__ = ["synthesis_parameters", "synthesis_configuration", "V80_PARAMETERS",
+           "SYNTH_FRONTEND"]
+
+#: ``python -m hw.synth`` reads the engine as RTLIL (``flow.synth.synthesize``'s ``frontend``).
+SYNTH_FRONTEND = "rtlil"
 
 #: ``python -m hw.synth --v80 dataflow``: the default engine build (``EngineParams``' defaults:
 #: 128 slots, K = W = 8, MAXV 64, MAXN 1,024) with the fused verify of ``python -m hw.synth
