@@ -8,12 +8,14 @@ measured anew: the file is a view of ``reports/cycle_budget.json``.
 """
 
 __all__ = ["ENGINE", "SERVING_POINT", "ROUND_LIMIT_US", "BYTE_RATIO_GATE",
-           "render_fusion_design"]
+           "render_fusion_design", "render_engine_resources"]
 
 ENGINE = "dataflow"
 #: The serving point and the engine's gates there (issue 13): one draft round and its verify
 #: step within ``ROUND_LIMIT_US`` at the contract clock, and at least ``BYTE_RATIO_GATE`` times
 #: fewer bytes than the unfused kernels.
+#: The unfused kernels the fused verify (phase ``fused``) replaces.
+REPLACED_BY_FUSED_VERIFY = ("logits_to_probas", "reject_sample")
 SERVING_POINT = "serving-b1-v128256"
 ROUND_LIMIT_US = 20.0
 BYTE_RATIO_GATE = 20.0
@@ -48,8 +50,9 @@ def _table(header, rows, align) -> list[str]:
             *("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows)]
 
 
-def render_fusion_design(sheet: dict) -> str | None:
-    """The report's Markdown, or None when the sheet has no engine row."""
+def render_fusion_design(sheet: dict, resources: list[str] = ()) -> str | None:
+    """The report's Markdown, or None when the sheet has no engine row; ``resources``: the
+    lines of its resource section (``render_engine_resources``)."""
     engine = {r["point"]: r for r in sheet["rows"] if r["kernel"] == ENGINE}
     if not engine:
         return None
@@ -80,24 +83,26 @@ def render_fusion_design(sheet: dict) -> str | None:
         "## Per round: engine against the unfused kernels",
         "",
     ]
+    # the chain with the fused verify in place of the two kernels it replaces
+    replaced = {k for k, phase in sheet["kernels"].items() if phase == "fused"}
+    fused_chain = [k for k in unfused_kernels if k not in REPLACED_BY_FUSED_VERIFY] \
+        + sorted(replaced)
     rows = []
     for point in sheet["points"]:
         r = engine.get(point)
-        kernels = unfused[point]
         if r is None:
-            rows.append([point, "not measured", "", "", "", "", ""])
+            rows.append([point, "not measured", *[""] * 6])
             continue
-        chain_bytes = sum(k["bytes_total"] for k in kernels.values())
-        chain_us = sum(k["microseconds"] for k in kernels.values())
-        complete = len(kernels) == len(unfused_kernels)
-        ratio = f"{chain_bytes / r['bytes_total']:.1f}x" if complete and r["bytes_total"] \
-            else "–"
+        chain = _chain(sheet, point, unfused_kernels)
+        with_fused = _chain(sheet, point, fused_chain)
         rows.append([point, f"{r['cycles']:,}", f"{r['microseconds']:.2f}",
-                     f"{r['bytes_total']:,}",
-                     f"{chain_bytes:,}" + ("" if complete else " (incomplete)"), ratio,
-                     f"{chain_us:,.1f}"])
-    text += _table(["point", "engine cycles", "engine µs", "engine bytes",
-                    "unfused bytes", "bytes ratio", "unfused µs (sum)"], rows, "lrrrrrr")
+                     f"{r['bytes_total']:,}", *_against(chain, r), *_against(with_fused, r)[:2]])
+    text += _table(["point", "engine cycles", "engine µs", "engine bytes", "unfused bytes",
+                    "ratio", "unfused µs (sum)", "unfused with fused verify: bytes",
+                    "ratio"], rows, "lrrrrrrrr")
+    text += ["", f"The last two columns: the chain with `{'`, `'.join(sorted(replaced))}` in "
+                 f"place of `{'` and `'.join(REPLACED_BY_FUSED_VERIFY)}` (what the engine "
+                 f"saves beyond fusing the verify)."]
     text += ["", _gates(engine.get(SERVING_POINT), unfused.get(SERVING_POINT, {}),
                         len(unfused_kernels)), ""]
     text += ["## Engine bytes per port", ""]
@@ -124,8 +129,30 @@ def render_fusion_design(sheet: dict) -> str | None:
                               for k in unfused_kernels)]
                     for point, kernels in unfused.items() if point in engine],
                    "l" + "r" * len(unfused_kernels))
-    text += ["", "Engine figures: " + next(iter(engine.values()))["source"] + ".", ""]
+    text += ["", "Engine cycles: simulated, with the fused verify's share replaced by its "
+                 "schedule formula for the V80 build (1,024 lanes) on the same walks; each "
+                 "row's `source` in `reports/cycle_budget.json` gives the figures. Bytes: the "
+                 "engine's port counters.", ""]
+    if resources:
+        text += ["## Resources of the default engine build", "", *resources, ""]
     return "\n".join(text)
+
+
+def _chain(sheet, point, kernels) -> dict | None:
+    """Bytes and µs summed over ``kernels`` at ``point``; None unless all are measured."""
+    rows = [r for r in sheet["rows"] if r["point"] == point and r["kernel"] in kernels]
+    if len(rows) != len(kernels):
+        return None
+    return {"bytes": sum(r["bytes_total"] for r in rows),
+            "us": sum(r["microseconds"] for r in rows)}
+
+
+def _against(chain, r) -> list[str]:
+    """``[bytes, ratio to the engine's, µs]`` cells of a chain (dashes when incomplete)."""
+    if chain is None:
+        return ["not all measured", "–", "–"]
+    ratio = f"{chain['bytes'] / r['bytes_total']:.1f}x" if r["bytes_total"] else "–"
+    return [f"{chain['bytes']:,}", ratio, f"{chain['us']:,.1f}"]
 
 
 def _gates(r, kernels, expected) -> str:
@@ -142,3 +169,43 @@ def _gates(r, kernels, expected) -> str:
             f"engine moves {r['bytes_total']:,} bytes, the unfused kernels {chain:,}"
             + (f" ({ratio:.1f}x)" if ratio else "")
             + f": {byte_verdict} the {BYTE_RATIO_GATE:g}x goal.")
+
+
+def render_engine_resources(synth_dir, board) -> list[str]:
+    """Markdown lines: the Yosys estimate of the default engine build (``reports/synth/
+    dataflow.v80.json``, ``python -m hw.synth --v80 dataflow``) with the fused verify's lanes
+    raised to the V80 build's by the measured lane (``tree_verify_lane.json``), against
+    ``board``'s capacity; a line saying what is missing otherwise."""
+    import json
+
+    from hw.dataflow.engine import EngineParams
+    from hw.kernels.dataflow import V80_PARAMETERS
+    from hw.kernels.tree_verify import V80_BUILD, TreeVerifyParams
+
+    paths = {name: synth_dir / f"{name}.json" for name in ("dataflow.v80", "tree_verify_lane")}
+    missing = [str(path) for path in paths.values() if not path.exists()]
+    if missing:
+        return [f"No resource estimate yet: {', '.join(missing)} missing (`python -m hw.synth "
+                f"--v80 dataflow`, `python -m hw.synth tree_verify_lane`)."]
+    engine, lane = (json.loads(path.read_text()) for path in paths.values())
+    built = EngineParams(**V80_PARAMETERS).verify.lanes
+    lanes = TreeVerifyParams(**V80_BUILD).lanes
+    names = list(board.capacities)
+    total = {r: engine["resources"].get(r, 0) + (lanes - built) * lane["resources"].get(r, 0)
+             for r in names}
+    rows = [["engine as synthesised", *(f"{engine['resources'].get(r, 0):,g}" for r in names)],
+            [f"+ {lanes - built:,} lanes x one lane",
+             *(f"{(lanes - built) * lane['resources'].get(r, 0):,g}" for r in names)],
+            ["V80 engine build", *(f"{total[r]:,g}" for r in names)],
+            [f"{board.name} capacity", *(f"{board.capacities[r]:,}" for r in names)],
+            ["share", *(f"{100 * total[r] / board.capacities[r]:.1f} %" for r in names)]]
+    return [f"Yosys `synth_xilinx` estimate (`{engine['family']}`, {engine['seconds']:,.0f} s) of "
+            f"the default engine build ({EngineParams(**V80_PARAMETERS).max_batch} slots, "
+            f"K = W = {EngineParams(**V80_PARAMETERS).node_top_k}, MAXV "
+            f"{EngineParams(**V80_PARAMETERS).max_verify_num}, MAXN "
+            f"{EngineParams(**V80_PARAMETERS).max_node_count}) with a {built}-lane fused "
+            f"verify, raised to the V80 build's {lanes:,} lanes by the estimate of one lane "
+            f"with its share of the adder trees (an upper bound: the lanes' shared logic is "
+            f"counted per lane). Capacities: `boards/` (confirmed: "
+            f"{'yes' if board.capacities_confirmed else 'no, see its notes'}).", "",
+            *_table(["", *names], rows, "l" + "r" * len(names))]

@@ -34,7 +34,7 @@ from pathlib import Path
 from boards import BOARDS, RESOURCES, Board, board, board_names, load_schema
 
 from .common import REPO_ROOT, Console, FlowError, find_sim_target, git_revision, tool_versions
-from .fusion import render_fusion_design
+from .fusion import render_engine_resources, render_fusion_design
 
 __all__ = ["CONTRACT", "REPORT_DIR", "LOG_DIR", "SYNTH_DIR", "load_contract",
            "contract_points", "timing_rule", "measure_kernels", "budget_sheet",
@@ -586,7 +586,7 @@ def main(argv=None) -> int:
         (out / "cycle_budget.md").write_text(render_budget(sheet))
         console.say(f"  {out / 'cycle_budget.json'}, {out / 'cycle_budget.md'}: "
                     f"{len(rows)} measured rows, {len(missing)} not measured")
-        fusion = render_fusion_design(sheet)
+        fusion = render_fusion_design(sheet, render_engine_resources(SYNTH_DIR, target))
         if fusion is not None:
             (out / "fusion_design.md").write_text(fusion)
             console.say(f"  {out / 'fusion_design.md'}: the engine against the unfused kernels")

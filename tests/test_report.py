@@ -324,7 +324,8 @@ def test_fusion_design_states_both_gates_at_the_serving_point():
     assert len(unfused) == 8
     points = ["serving-b1-v128256", "small-b1-v32000"]
     rows = [_sheet_row(k, p, kernels[k], cycles=3000, total=1000) for k in unfused
-            for p in points]
+            for p in points] + [_sheet_row("tree_verify", points[0], "fused", cycles=300,
+                                           total=500)]
     sheet = {"seed": 1, "board": {"clock_mhz": 300.0}, "points": points, "kernels": kernels,
              "rows": rows}
     assert render_fusion_design(sheet) is None  # no engine row yet
@@ -334,9 +335,28 @@ def test_fusion_design_states_both_gates_at_the_serving_point():
                                              "ports": {"logits0": 150, "logits1": 150}}},
                         source="simulated")
     text = render_fusion_design({**sheet, "rows": rows + [engine]})
-    assert "| serving-b1-v128256 | 7,500 | 25.00 | 400 | 8,000 | 20.0x | 80.0 |" in text
+    # the chain, then the chain with tree_verify for logits_to_probas and reject_sample
+    assert "| serving-b1-v128256 | 7,500 | 25.00 | 400 | 8,000 | 20.0x | 80.0 | 6,500 | " \
+           "16.2x |" in text
     assert "| small-b1-v32000 | not measured |" in text
     assert "25.00 µs (7,500 cycles): misses the 20 µs goal" in text
     assert "(20.0x): meets the 20x goal" in text
     assert "| serving-b1-v128256 | 100 | 300 | 0 | 0 | 0 |" in text  # logits ports summed
     assert "| `verify` | 1 | 5,000 | 0 | 300 | 0 | 0 | 0 |" in text
+
+
+def test_engine_resources_add_the_v80_lanes(tmp_path):
+    """The engine's estimate plus (1,024 - 16) lanes of the lane's estimate, against the V80."""
+    from boards import board
+    from flow.fusion import render_engine_resources
+
+    assert "missing" in render_engine_resources(tmp_path, board("alveo"))[0]
+    engine = {"LUT": 100_000, "FF": 50_000, "BRAM": 300.0, "URAM": 0, "DSP": 90}
+    lane = {"LUT": 600, "FF": 624, "BRAM": 1.0, "URAM": 0, "DSP": 4}
+    (tmp_path / "dataflow.v80.json").write_text(json.dumps(
+        {"resources": engine, "family": "xcup", "seconds": 10}))
+    (tmp_path / "tree_verify_lane.json").write_text(json.dumps({"resources": lane}))
+    text = "\n".join(render_engine_resources(tmp_path, board("alveo")))
+    assert "| + 1,008 lanes x one lane | 604,800 | 628,992 | 1,008 | 0 | 4,032 |" in text
+    assert "| V80 engine build | 704,800 | 678,992 | 1,308 | 0 | 4,122 |" in text
+    assert "| share | 27.1 % | 13.1 % | 35.4 % | 0.0 % | 38.0 % |" in text
