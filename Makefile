@@ -45,6 +45,7 @@ $(SETUP): pyproject.toml sim/toolchain.py
 
 demo: $(SETUP)
 	$(BIN)/python -m sim --all $(SIM_ARGS)
+	$(BIN)/python -m host --rounds 20 --backend golden --seed 1
 
 sim: $(SETUP)
 	$(BIN)/python -m sim $(KERNEL) $(SIM_ARGS)
@@ -59,7 +60,7 @@ report: $(SETUP)
 	$(BIN)/python -m hw.report --board $(BOARD) $(if $(KERNEL),--kernel $(KERNEL))
 
 lint: $(SETUP)
-	$(BIN)/ruff check hw golden sim flow boards tests
+	$(BIN)/ruff check hw golden sim flow boards host tests
 
 # pytest's own exit status is kept in build/pytest.status (make reports every failure as 2);
 # .ci/run reads it to tell "no tests collected" (5) from failures.

@@ -1,0 +1,122 @@
+"""Backends: what runs the engine's commands (docs/host.md).
+
+A backend takes the five commands of the persistent engine (docs/kernels.md §11,
+docs/engine.md) with the golden engine's arguments and returns a :class:`CommandResult`: the
+golden :class:`golden.engine.Completion` of the command plus what the run cost, ``cycles``
+and ``bytes`` (``None`` where the backend cannot measure them, as the golden model cannot).
+Every backend must give identical completions for identical commands; the host checks every
+argument before a command reaches a backend, so a backend never sees a malformed array.
+
+``golden`` is :class:`GoldenBackend` (``golden.engine.Engine``). ``rtl`` (the Verilated
+``hw/dataflow`` engine) is not available yet: :func:`make_backend` refuses it.
+"""
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from golden.engine import Completion, EngineConfig
+from golden.engine import Engine as GoldenEngine
+
+__all__ = ["BACKENDS", "Backend", "CommandResult", "GoldenBackend", "make_backend"]
+
+BACKENDS = ("golden", "rtl")
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """One command's result: the ``completion`` (status, message, outputs by name) and its
+    cost, ``cycles`` (engine clocks) and ``bytes`` (moved through the memory ports), each
+    ``None`` when the backend does not measure it."""
+
+    completion: Completion
+    cycles: int | None = None
+    bytes: int | None = None
+
+
+class Backend(ABC):
+    """The engine's command interface. Arguments and outputs are those of
+    ``golden.engine.Engine``'s commands of the same name; ``req_to_token`` is the card
+    memory's request-to-KV-slot table (int64 ``[P, C]``), readable after every command."""
+
+    name: str = ""
+
+    @property
+    @abstractmethod
+    def req_to_token(self) -> np.ndarray:
+        """The card memory's ``req_to_token`` table as the last command left it."""
+
+    @abstractmethod
+    def begin_round(self, slots, root_tokens, seq_lens, req_pool_indices, draft_cache_locs, *,
+                    verify_num, depths) -> CommandResult:
+        """Start a round (``golden.engine.Engine.begin_round``)."""
+
+    @abstractmethod
+    def draft_depth(self, probas, tokens, *, width=None) -> CommandResult:
+        """Draft one depth (``golden.engine.Engine.draft_depth``)."""
+
+    @abstractmethod
+    def build_verify(self, tree_mask_mode, verify_cache_locs) -> CommandResult:
+        """Build the verify tree (``golden.engine.Engine.build_verify``)."""
+
+    @abstractmethod
+    def verify(self, target_logits, temperatures, max_seq_lens, **settings) -> CommandResult:
+        """The fused verify and its commit (``golden.engine.Engine.verify``)."""
+
+    @abstractmethod
+    def read_state(self, slot) -> CommandResult:
+        """A slot's state (``golden.engine.Engine.read_state``). A backend may leave the
+        tree rows past ``cumu_count`` unspecified; the host does not read them."""
+
+
+class GoldenBackend(Backend):
+    """The command-level golden model (``golden.engine.Engine``); no cycles or bytes."""
+
+    name = "golden"
+
+    def __init__(self, config: EngineConfig, req_to_token: np.ndarray, *, hot_token_id=None):
+        self._engine = GoldenEngine(config, req_to_token, hot_token_id=hot_token_id)
+
+    @property
+    def req_to_token(self) -> np.ndarray:
+        return self._engine.req_to_token
+
+    def begin_round(self, slots, root_tokens, seq_lens, req_pool_indices, draft_cache_locs, *,
+                    verify_num, depths) -> CommandResult:
+        return CommandResult(self._engine.begin_round(
+            slots, root_tokens, seq_lens, req_pool_indices, draft_cache_locs,
+            verify_num=verify_num, depths=depths))
+
+    def draft_depth(self, probas, tokens, *, width=None) -> CommandResult:
+        return CommandResult(self._engine.draft_depth(probas, tokens, width=width))
+
+    def build_verify(self, tree_mask_mode, verify_cache_locs) -> CommandResult:
+        return CommandResult(self._engine.build_verify(tree_mask_mode, verify_cache_locs))
+
+    def verify(self, target_logits, temperatures, max_seq_lens, **settings) -> CommandResult:
+        return CommandResult(self._engine.verify(target_logits, temperatures, max_seq_lens,
+                                                 **settings))
+
+    def read_state(self, slot) -> CommandResult:
+        return CommandResult(self._engine.read_state(slot))
+
+
+def make_backend(backend, config: EngineConfig, req_to_token: np.ndarray, *,
+                 hot_token_id=None) -> Backend:
+    """The backend named ``backend`` (one of :data:`BACKENDS`) for the build ``config``, or
+    ``backend`` itself when it is already a :class:`Backend`.
+
+    Raises ``NotImplementedError`` for ``"rtl"`` (not available yet) and ``ValueError`` for
+    an unknown name.
+    """
+    if isinstance(backend, Backend):
+        return backend
+    if backend == "golden":
+        return GoldenBackend(config, req_to_token, hot_token_id=hot_token_id)
+    if backend == "rtl":
+        raise NotImplementedError(
+            "`backend` 'rtl' (the Verilated hw/dataflow engine) is not available yet; "
+            "use backend='golden'")
+    raise ValueError(f"`backend` must be one of {', '.join(map(repr, BACKENDS))} or a "
+                     f"host.Backend, not {backend!r}")

@@ -1,0 +1,25 @@
+"""A stand-in for the serving system's KV-cache pool: hands out KV slot ids."""
+
+import numpy as np
+
+__all__ = ["KVSlots"]
+
+
+class KVSlots:
+    """Hands out KV slot ids ``0, 1, 2, ...`` in order, wrapping at ``pool_size`` (default
+    2**31, so ids fit the hardware's int32 ``req_to_token``). Nothing is freed: the golden
+    and the hardware engine only copy slot ids around, they never read the KV cache, so any
+    distinct ids do. A serving system passes its allocator's slots instead."""
+
+    def __init__(self, pool_size: int = 1 << 31):
+        if pool_size < 1:
+            raise ValueError(f"`pool_size` must be at least 1, not {pool_size}")
+        self.pool_size = int(pool_size)
+        self._next = 0
+
+    def take(self, shape) -> np.ndarray:
+        """The next ``prod(shape)`` slot ids, int64 of ``shape``."""
+        count = int(np.prod(shape, dtype=np.int64))
+        ids = (self._next + np.arange(count, dtype=np.int64)) % self.pool_size
+        self._next = (self._next + count) % self.pool_size
+        return ids.reshape(shape)
