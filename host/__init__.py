@@ -1,6 +1,7 @@
 """Host runtime of the persistent engine (docs/host.md): ``host.Engine`` runs draft rounds,
 verify-tree builds and verifies through the engine's commands on a pluggable backend
-("golden": ``golden.engine.Engine``; "rtl", the Verilated hardware, is not available yet)
+("golden": ``golden.engine.Engine``; "rtl": ``host.RtlBackend``, the Verilated hardware
+engine run in process, with each command's cycles and bytes)
 and returns numpy arrays in SGLang's formats. ``python -m host`` decodes with a synthetic
 draft/target model pair and prints the acceptance figures.
 
@@ -13,6 +14,7 @@ from .decode import DecodeRun, Metrics, decode
 from .engine import Engine, EngineError, engine_config
 from .kv import KVSlots
 from .results import CommandRecord, RoundResult, VerifyResult, VerifyTree
+from .rtl import RtlBackend
 from .synthetic import BigramModels
 from .trees import TREES, TreePoint
 
@@ -29,6 +31,7 @@ __all__ = [
     "KVSlots",
     "Metrics",
     "RoundResult",
+    "RtlBackend",
     "TREES",
     "TreePoint",
     "VerifyResult",

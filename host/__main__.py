@@ -96,7 +96,7 @@ def main(argv=None) -> int:
         models = BigramModels(args.vocab, seed=args.seed, agreement=args.agreement)
         engine = Engine(config, vocab_size=args.vocab, backend=args.backend,
                         context_len=context, seed=args.seed)
-    except (NotImplementedError, ValueError) as error:
+    except (NotImplementedError, ValueError, RuntimeError) as error:
         print(f"python -m host: {error}", file=sys.stderr)
         return 2
     prompts = [int(t) for t in engine.rng.integers(0, args.vocab, args.batch)]

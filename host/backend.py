@@ -7,8 +7,8 @@ and ``bytes`` (``None`` where the backend cannot measure them, as the golden mod
 Every backend must give identical completions for identical commands; the host checks every
 argument before a command reaches a backend, so a backend never sees a malformed array.
 
-``golden`` is :class:`GoldenBackend` (``golden.engine.Engine``). ``rtl`` (the Verilated
-``hw/dataflow`` engine) is not available yet: :func:`make_backend` refuses it.
+``golden`` is :class:`GoldenBackend` (``golden.engine.Engine``); ``rtl`` is
+:class:`host.rtl.RtlBackend`, the Verilated ``hw/dataflow`` engine driven in process.
 """
 
 from abc import ABC, abstractmethod
@@ -107,16 +107,17 @@ def make_backend(backend, config: EngineConfig, req_to_token: np.ndarray, *,
     """The backend named ``backend`` (one of :data:`BACKENDS`) for the build ``config``, or
     ``backend`` itself when it is already a :class:`Backend`.
 
-    Raises ``NotImplementedError`` for ``"rtl"`` (not available yet) and ``ValueError`` for
-    an unknown name.
+    ``"rtl"`` is :class:`host.rtl.RtlBackend` (the Verilated ``hw/dataflow`` engine, built
+    once per parameter set; it refuses a ``hot_token_id``). Raises ``ValueError`` for an
+    unknown name.
     """
     if isinstance(backend, Backend):
         return backend
     if backend == "golden":
         return GoldenBackend(config, req_to_token, hot_token_id=hot_token_id)
     if backend == "rtl":
-        raise NotImplementedError(
-            "`backend` 'rtl' (the Verilated hw/dataflow engine) is not available yet; "
-            "use backend='golden'")
+        from .rtl import RtlBackend
+
+        return RtlBackend(config, req_to_token, hot_token_id=hot_token_id)
     raise ValueError(f"`backend` must be one of {', '.join(map(repr, BACKENDS))} or a "
                      f"host.Backend, not {backend!r}")

@@ -94,7 +94,8 @@ class Engine:
     vocab_size : int
         V, the target vocabulary (token ids, logits rows).
     backend : "golden", "rtl" or a :class:`host.Backend`
-        What runs the commands; "rtl" is not available yet.
+        What runs the commands: the golden model, or the Verilated hardware engine
+        (``host.rtl.RtlBackend``, built once per parameter set).
     req_to_token : ndarray i64 [P, C] or None
         The card memory's request-to-KV-slot table (``P >= batch_size`` rows; request slot
         ``s`` uses row ``s``). Default: ``batch_size`` rows of ``context_len`` entries.

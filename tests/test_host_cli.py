@@ -67,11 +67,6 @@ def test_every_contract_tree_runs(capsys, tree):
     assert status == 0 and f"tree {tree}" in out and "static" in out
 
 
-def test_the_rtl_backend_is_refused_clearly(capsys):
-    status, _, err = run(capsys, "--backend", "rtl", "--rounds", "1")
-    assert status == 2 and "not available yet" in err
-
-
 def test_a_vocabulary_below_k_is_refused(capsys):
     status, _, err = run(capsys, "--tree", "eagle2", "--vocab", "8")
     assert status == 2 and "--vocab" in err

@@ -244,11 +244,6 @@ def test_verify_draws_coins_from_the_seed():
 
 # --- backends ----------------------------------------------------------------------------------
 
-def test_the_rtl_backend_is_not_available_yet():
-    with pytest.raises(NotImplementedError, match="rtl.*not available"):
-        new_engine(backend="rtl")
-
-
 def test_an_unknown_backend_is_refused():
     with pytest.raises(ValueError, match="`backend`"):
         new_engine(backend="fpga")

@@ -12,7 +12,10 @@ One bookkeeping per port (``ReadServer``, ``WriteServer``: what to offer this cl
 clock edge's handshakes do) has two front ends: ``serve_read``/``serve_write`` return
 background Amaranth testbenches, ``cocotb_read``/``cocotb_write`` return endpoints for
 ``sim.bench.KernelBench.run`` (``drive()`` after the falling edge, ``sample(cycle)`` before the
-rising one) on a Verilated model's ports ``<port>__ar__valid`` ...
+rising one) on a Verilated model's ports ``<port>__ar__valid`` ..., and ``clocked_read``/
+``clocked_write`` return the same endpoints for a model Python clocks itself (any object with
+``set(name, int)`` and ``get(name) -> int``, such as ``sim.verilated.Model``): per clock,
+``drive()`` with the clock low, evaluate, ``sample()``, then the rising edge.
 """
 
 import random
@@ -24,7 +27,8 @@ from hw.dataflow.memory_ports import read_port_signature, write_port_signature
 
 from ..payload import pack, unpack
 
-__all__ = ["CardMemory", "ReadServer", "WriteServer"]
+__all__ = ["CardMemory", "ClockedReadPort", "ClockedWritePort", "ReadServer",
+           "WriteServer"]
 
 
 class CardMemory:
@@ -148,6 +152,21 @@ class CardMemory:
         """A ``KernelBench.run`` endpoint answering the Verilated write port ``prefix``."""
         return CocotbWritePort(WriteServer(self, port_bits), dut, prefix,
                                write_port_signature(address_width, port_bits))
+
+
+    # --- clocked front ends (a model Python steps itself) ------------------------------------
+
+    def clocked_read(self, model, prefix, *, port_bits, address_width):
+        """An endpoint answering the read port ``prefix`` of ``model`` (``set``/``get`` by
+        port name, e.g. ``sim.verilated.Model``), stepped by the caller each clock."""
+        return ClockedReadPort(ReadServer(self, port_bits), model, prefix,
+                               read_port_signature(address_width, port_bits))
+
+    def clocked_write(self, model, prefix, *, port_bits, address_width):
+        """An endpoint answering the write port ``prefix`` of ``model``, stepped by the caller
+        each clock (byte strobes honoured, one OKAY response per burst)."""
+        return ClockedWritePort(WriteServer(self, port_bits), model, prefix,
+                                write_port_signature(address_width, port_bits))
 
 
 class ReadServer:
@@ -332,3 +351,120 @@ class CocotbWritePort(_CocotbPort):
             beat = (w["data"], w["strobe"], w["last"])
         self.server.clock(request=request, beat=beat,
                           taken=respond and bool(self._b_ready.value))
+
+
+def _fields(signature, channel):
+    """``(name, offset, mask)`` of the payload fields of ``channel`` of a port signature."""
+    layout = signature.members[channel].signature.members["payload"].shape
+    return [(name, field.offset, (1 << field.width) - 1) for name, field in layout]
+
+
+class _ClockedPort:
+    """A server on the ports ``<name>__<channel>__{valid,ready,payload}`` of a model that the
+    caller clocks: per clock, ``drive()`` (the clock low), the model's evaluation,
+    ``sample()`` (the handshakes of the coming rising edge), the edge."""
+
+    def __init__(self, server, model, name, signature):
+        self.server, self.model, self.name = server, model, name
+        self._signature = signature
+        self._driven = {}  # port -> the value last set (a model keeps its inputs)
+
+    def _set(self, port, value):
+        """Set an input of the model, skipping the call when it already holds ``value``."""
+        if self._driven.get(port) != value:
+            self.model.set(port, value)
+            self._driven[port] = value
+
+    def _port(self, channel, part):
+        return f"{self.name}__{channel}__{part}"
+
+    def _payload(self, channel):
+        value = self.model.get(self._port(channel, "payload"))
+        return {name: value >> offset & mask for name, offset, mask
+                in _fields(self._signature, channel)}
+
+    @property
+    def done(self) -> bool:
+        """No burst in flight."""
+        return self.server.idle
+
+
+class ClockedReadPort(_ClockedPort):
+    """A ``ReadServer`` on the read port ``<name>__ar__*``, ``<name>__r__*`` of a model
+    clocked by the caller."""
+
+    def __init__(self, server, model, name, signature):
+        super().__init__(server, model, name, signature)
+        self._ar_valid, self._ar_ready, self._ar = (self._port("ar", part) for part in (
+            "valid", "ready", "payload"))
+        self._r_valid, self._r_ready, self._r = (self._port("r", part) for part in (
+            "valid", "ready", "payload"))
+        self._r_offsets = {name: offset for name, offset, _ in _fields(signature, "r")}
+        ar = dict((name, (offset, mask)) for name, offset, mask in _fields(signature, "ar"))
+        self._address, self._length = ar["address"], ar["length"]
+        self._ar_ready_now = False
+        self._beat = None
+        self._set(self._ar_ready, 0)
+        self._set(self._r_valid, 0)
+
+    def drive(self) -> None:
+        """Set ``ar.ready`` and the ``r`` beat of this clock."""
+        self._ar_ready_now, self._beat = self.server.drive()
+        self._set(self._ar_ready, int(self._ar_ready_now))
+        if self._beat is not None:
+            self._set(self._r, sum(int(value) << self._r_offsets[name]
+                                   for name, value in self._beat.items()))
+        self._set(self._r_valid, int(self._beat is not None))
+
+    def sample(self, cycle=None) -> None:
+        """Apply the handshakes of the rising edge to come (the model evaluated)."""
+        model, request = self.model, None
+        if self._ar_ready_now and model.get(self._ar_valid):
+            value = model.get(self._ar)
+            request = (value >> self._address[0] & self._address[1],
+                       value >> self._length[0] & self._length[1])
+        self.server.clock(request=request,
+                          taken=self._beat is not None and bool(model.get(self._r_ready)))
+
+
+class ClockedWritePort(_ClockedPort):
+    """A ``WriteServer`` on the write port ``<name>__aw__*``, ``__w__*``, ``__b__*`` of a
+    model clocked by the caller."""
+
+    def __init__(self, server, model, name, signature):
+        super().__init__(server, model, name, signature)
+        self._aw_valid, self._aw_ready, self._aw = (self._port("aw", part) for part in (
+            "valid", "ready", "payload"))
+        self._w_valid, self._w_ready, self._w = (self._port("w", part) for part in (
+            "valid", "ready", "payload"))
+        self._b_valid, self._b_ready, b = (self._port("b", part) for part in (
+            "valid", "ready", "payload"))
+        aw = {name: (offset, mask) for name, offset, mask in _fields(signature, "aw")}
+        self._address, self._length = aw["address"], aw["length"]
+        self._w_fields = [(offset, mask) for _, offset, mask in sorted(
+            _fields(signature, "w"), key=lambda f: ("data", "strobe", "last").index(f[0]))]
+        self._now = (False, False, False)
+        for port in (self._aw_ready, self._w_ready, self._b_valid, b):
+            self._set(port, 0)
+
+    def drive(self) -> None:
+        """Set ``aw.ready``, ``w.ready`` and ``b.valid`` of this clock."""
+        self._now = self.server.drive()
+        for port, value in zip((self._aw_ready, self._w_ready, self._b_valid), self._now,
+                               strict=True):
+            self._set(port, int(value))
+
+    def sample(self, cycle=None) -> None:
+        """Apply the handshakes of the rising edge to come (the model evaluated)."""
+        model = self.model
+        aw_ready, w_ready, respond = self._now
+        request = beat = None
+        if aw_ready and model.get(self._aw_valid):
+            value = model.get(self._aw)
+            request = (value >> self._address[0] & self._address[1],
+                       value >> self._length[0] & self._length[1])
+        if w_ready and model.get(self._w_valid):
+            value = model.get(self._w)
+            beat = tuple(value >> offset & mask for offset, mask in self._w_fields)
+        self.server.clock(request=request, beat=beat,
+                          taken=respond and bool(model.get(self._b_ready)))
