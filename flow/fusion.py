@@ -102,7 +102,11 @@ def render_fusion_design(sheet: dict, resources: list[str] = ()) -> str | None:
                     "ratio"], rows, "lrrrrrrrr")
     text += ["", f"The last two columns: the chain with `{'`, `'.join(sorted(replaced))}` in "
                  f"place of `{'` and `'.join(REPLACED_BY_FUSED_VERIFY)}` (what the engine "
-                 f"saves beyond fusing the verify)."]
+                 f"saves beyond fusing the verify). Both sides read the logits rows their own "
+                 f"verify walk visits, and the walks differ (`tree_verify`'s measurement draws "
+                 f"its own trees and logits), so at a point where the logits rows dominate, this "
+                 f"ratio mostly compares the rows two random walks read; the engine's other "
+                 f"traffic is in the per-port table below."]
     text += ["", _gates(engine.get(SERVING_POINT), unfused.get(SERVING_POINT, {}),
                         len(unfused_kernels)), ""]
     text += ["## Engine bytes per port", ""]
@@ -183,10 +187,11 @@ def render_engine_resources(synth_dir, board) -> list[str]:
     from hw.kernels.tree_verify import V80_BUILD, TreeVerifyParams
 
     paths = {name: synth_dir / f"{name}.json" for name in ("dataflow.v80", "tree_verify_lane")}
-    missing = [str(path) for path in paths.values() if not path.exists()]
+    missing = [f"`{path.name}`" for path in paths.values() if not path.exists()]
     if missing:
-        return [f"No resource estimate yet: {', '.join(missing)} missing (`python -m hw.synth "
-                f"--v80 dataflow`, `python -m hw.synth tree_verify_lane`)."]
+        return [f"No resource estimate yet: {', '.join(missing)} missing from the synthesis "
+                f"reports (`python -m hw.synth --v80 dataflow`, `python -m hw.synth "
+                f"tree_verify_lane`)."]
     engine, lane = (json.loads(path.read_text()) for path in paths.values())
     built = EngineParams(**V80_PARAMETERS).verify.lanes
     lanes = TreeVerifyParams(**V80_BUILD).lanes
