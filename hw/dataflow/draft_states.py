@@ -118,11 +118,12 @@ def begin_round_states(m, c):
             m.d.sync += c.j.eq(1)
         with m.Else():
             m.d.comb += [c.info_wr.addr.eq(c.slot_rd.data), c.info_wr.en.eq(1),
-                         c.info_wr.data.valid.eq(1), c.info_wr.data.phase.eq(c.phase),
+                         c.info_wr.data.phase.eq(c.phase),
                          c.info_wr.data.seq_len.eq(c.seq_rd.data),
                          c.info_wr.data.pool.eq(c.pool_rd.data),
                          c.info_wr.data.cumu_count.eq(c.cumu_count)]
-            m.d.sync += [c.b.eq(c.b + 1), c.j.eq(0)]
+            m.d.sync += [c.b.eq(c.b + 1), c.j.eq(0),
+                         c.saved.eq(c.saved | (1 << c.slot_rd.data))]
 
     with m.State("BEGIN_INIT"):
         # Per request: K2 node 0 and the sort/work rows, the frontier's root; element

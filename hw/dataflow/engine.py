@@ -356,13 +356,16 @@ class PersistentEngine(wiring.Component):
         accidx_rd, accidx_wr = memory("accept_index", accept_layout, MAXB)
         inverse_rd, inverse_wr = memory("active_inverse", 32, MAXB)
         aslot_rd, aslot_wr = memory("active_slots", 32, MAXB)
-        # Per slot: what its last round left (written when a new round begins) and its row in
-        # the round in flight (`in_round` says which slots that round has).
-        info_layout = data.StructLayout({"valid": 1, "phase": 2, "seq_len": 32, "pool": 32,
+        # Per slot: what its last round left (written when a new round begins; `saved` says
+        # which slots have such a record since reset, as memories keep their contents through
+        # a reset) and its row in the round in flight (`in_round` says which slots that round
+        # has).
+        info_layout = data.StructLayout({"phase": 2, "seq_len": 32, "pool": 32,
                                          "cumu_count": 32})
         info_rd, info_wr = memory("slot_info", info_layout, MAXB)
         slot_row_rd, slot_row_wr = memory("slot_row", range(MAXB), MAXB)
         in_round = Signal(MAXB)
+        saved = Signal(MAXB)
 
         cmd = Signal(p.command_layout)
         status = Signal(3)

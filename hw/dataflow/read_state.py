@@ -46,13 +46,14 @@ def read_state_states(m, c):
                      c.seq_rd.addr.eq(c.row(c.slot_row_rd.data)),
                      c.pool_rd.addr.eq(c.row(c.slot_row_rd.data))]
         current = c.in_round.bit_select(slot[:len(c.in_round).bit_length()], 1)
+        saved = c.saved.bit_select(slot[:len(c.saved).bit_length()], 1)
         info = c.info_rd.data
-        used = current | info.valid
+        used = current | saved
         header = Array([
-            Mux(current, c.phase, Mux(info.valid, info.phase, Phase.IDLE)),
-            Mux(current, c.seq_rd.data, Mux(info.valid, info.seq_len, 0)),
-            Mux(current, c.pool_rd.data, Mux(info.valid, info.pool, -1)),
-            Mux(current, c.cumu_count, Mux(info.valid, info.cumu_count, 0))])
+            Mux(current, c.phase, Mux(saved, info.phase, Phase.IDLE)),
+            Mux(current, c.seq_rd.data, Mux(saved, info.seq_len, 0)),
+            Mux(current, c.pool_rd.data, Mux(saved, info.pool, -1)),
+            Mux(current, c.cumu_count, Mux(saved, info.cumu_count, 0))])
         count = Mux(used, header[3], 0)
         with m.If(c.j == 0):
             m.d.comb += [c.rwriter.start.eq(1), c.rwriter.address.eq(c.cmd.address0),
