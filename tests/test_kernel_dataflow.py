@@ -127,7 +127,7 @@ def test_contract_trees_under_verilator(tree, sim_report):
     point = next(p for p in contract_points(load_contract()) if p["tree"] == tree)
     parameters, _ = TARGET.measure_parameters(point)
     summary = TARGET.run(parameters, overrides={"figures_rounds": 10, "random_rounds": 30,
-                                                "memory_bytes": 1 << 22},
+                                                "memory_bytes": 1 << 22, "context_len": 160},
                          log_file=BUILD_ROOT / f"pytest-dataflow-{tree}.log")
     assert summary["random_vectors"] == 40
     sim_report(f"dataflow at the {tree} tree (K = {parameters['node_top_k']}, "

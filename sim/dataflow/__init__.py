@@ -90,6 +90,7 @@ TARGET = EngineTarget(
         "stall": 0.3,  # probability of a stalled memory channel per clock (stressed)
         "bad_commands": 0.2,  # probability of a bad command before each good one
         "vocab_size": 32,  # V of the rounds (a verify reads its logits rows whole)
+        "context_len": 48,  # C, words per req_to_token row (room for a round past seq_len)
         "memory_bytes": 1 << 18,
     },
     phases=("figures", "random"),

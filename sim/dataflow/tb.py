@@ -148,7 +148,8 @@ class Engine:
 
 
 def _scenario(cfg) -> dict:
-    return {"bad_commands": cfg["bad_commands"], "vocab_size": cfg["vocab_size"]}
+    return {"bad_commands": cfg["bad_commands"], "vocab_size": cfg["vocab_size"],
+            "context_len": cfg["context_len"]}
 
 
 async def _phase(dut, name, settings) -> None:
