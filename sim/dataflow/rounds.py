@@ -245,6 +245,8 @@ class Scenario:
             drafts = r.verify["draft_tokens"].reshape(b, n)
             for x in range(b):
                 logits[x][:, drafts[x]] += np.float32(rng.uniform(1, 5))
+        if self.params.logit_format == "bfloat16":  # what the logits ports can carry
+            logits = to_bfloat16(logits)
         temperatures = np.where(rng.random(b) < 0.3, 0,
                                 rng.uniform(0.3, 1.5, b)).astype(np.float32)
         args = {"target_logits": logits, "temperatures": temperatures,
