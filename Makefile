@@ -17,7 +17,7 @@ QUICK  ?=
 
 SIM_ARGS := $(if $(SEED),--seed $(SEED)) $(if $(filter 1,$(WAVES)),--waves) $(if $(CASE),--case $(CASE))
 
-.PHONY: help setup demo sim synth build report test test-full lint clean
+.PHONY: help setup demo sim synth build report report-e2e test test-full lint clean
 
 help:
 	@echo "make demo                      run every simulation target and print its summary"
@@ -29,6 +29,7 @@ help:
 	@echo "make build [BOARD=alveo|alveo-v80|alveo-u55c] [KERNEL=name] [SYNTH=vivado|yosys|none]"
 	@echo "                               Verilog, Vivado scripts, JSON reports -> build/<board>/"
 	@echo "make report [KERNEL=name]      benchmark contract, env manifest, cycle budget -> reports/"
+	@echo "make report-e2e                end-to-end decoding summary (serving tree, rtl) -> reports/"
 	@echo "make test                      CI tier: lint + regression (fast parameter sets)"
 	@echo "make test-full                 everything, including long sweeps"
 	@echo "make clean                     remove build outputs (keeps .venv)"
@@ -58,6 +59,9 @@ build: $(SETUP)
 
 report: $(SETUP)
 	$(BIN)/python -m hw.report --board $(BOARD) $(if $(KERNEL),--kernel $(KERNEL))
+
+report-e2e: $(SETUP)
+	$(BIN)/python -m host.report
 
 lint: $(SETUP)
 	$(BIN)/ruff check hw golden sim flow boards host tests

@@ -6,7 +6,7 @@ import json
 import sys
 
 from .backend import BACKENDS
-from .decode import decode, progress_bar
+from .decode import decode, decode_context_len, progress_bar
 from .engine import Engine
 from .synthetic import BigramModels
 from .trees import TREES
@@ -90,8 +90,7 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     config = tree.round_config(args.batch)
-    context = (tree.depth + 1) * args.rounds + max(config.max_input_size + 1,
-                                                   config.max_verify_num) + 1
+    context = decode_context_len(config, args.rounds)
     try:
         models = BigramModels(args.vocab, seed=args.seed, agreement=args.agreement)
         engine = Engine(config, vocab_size=args.vocab, backend=args.backend,

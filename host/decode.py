@@ -11,7 +11,7 @@ from .engine import Engine
 from .results import RoundResult
 from .synthetic import BigramModels
 
-__all__ = ["DecodeRun", "Metrics", "decode", "progress_bar"]
+__all__ = ["DecodeRun", "Metrics", "decode", "decode_context_len", "progress_bar"]
 
 
 @dataclass
@@ -99,6 +99,14 @@ def progress_bar(stream=None, width: int = 30):
             out.write("\n")
         out.flush()
     return draw
+
+
+def decode_context_len(config, rounds: int) -> int:
+    """The ``req_to_token`` row length :func:`decode` needs for ``rounds`` rounds of
+    ``config`` (a ``golden.DraftRoundConfig``): at most ``depths + 1`` tokens committed per
+    round, and the room a round's draft and verify slots take past the sequence."""
+    return (config.depths + 1) * rounds + max(config.max_input_size + 1,
+                                              config.max_verify_num) + 1
 
 
 def decode(engine: Engine, models: BigramModels, prompts, rounds: int, *,
