@@ -35,9 +35,10 @@ from boards import BOARDS, RESOURCES, Board, board, board_names, load_schema
 
 from .common import REPO_ROOT, Console, FlowError, find_sim_target, git_revision, tool_versions
 from .fusion import render_engine_resources, render_fusion_design
+from .timing import clock_it_meets
 
 __all__ = ["CONTRACT", "REPORT_DIR", "LOG_DIR", "SYNTH_DIR", "load_contract",
-           "contract_points", "timing_rule", "measure_kernels", "budget_sheet",
+           "contract_points", "timing_rule", "proxy_clock", "measure_kernels", "budget_sheet",
            "render_contract", "render_env_manifest", "render_budget", "plot_budget", "main"]
 
 CONTRACT = REPO_ROOT / "benchmarks" / "contract.toml"
@@ -225,21 +226,42 @@ def render_env_manifest(contract_path: Path) -> str:
     return "\n".join(lines)
 
 
-def timing_rule(kernel: str, synth_dir: Path | None = None) -> str:
-    """``kernel``'s verdict against the 300 MHz rule (docs/timing.md) from its synthesis
-    report: ``meets`` or ``breaks`` (with `` (quick set)`` when only the ``--quick`` report
-    has one), ``no timing proxy`` (a report older than the proxy) or ``not synthesised``.
-    Reads ``<synth_dir>/<kernel>.json`` and ``<kernel>.quick.json``; never runs Yosys."""
+def _timing(kernel: str, synth_dir: Path | None) -> tuple[dict | None, str, bool]:
+    """``kernel``'s timing proxy from its synthesis reports, the first of
+    ``<kernel>.json``, ``<kernel>.v80.json`` and ``<kernel>.quick.json`` that has one: the
+    report's ``timing`` (None if none has it), the suffix naming the set (`` (V80 build)``,
+    `` (quick set)`` or empty) and whether any report exists."""
     synth_dir = SYNTH_DIR if synth_dir is None else synth_dir
     found = False
-    for stem, suffix in ((kernel, ""), (f"{kernel}.quick", " (quick set)")):
+    for stem, suffix in ((kernel, ""), (f"{kernel}.v80", " (V80 build)"),
+                         (f"{kernel}.quick", " (quick set)")):
         path = synth_dir / f"{stem}.json"
         if path.is_file():
             found = True
-            verdict = (json.loads(path.read_text()).get("timing") or {}).get("verdict")
-            if verdict:
-                return verdict + suffix
+            timing = json.loads(path.read_text()).get("timing") or {}
+            if timing.get("verdict"):
+                return timing, suffix, True
+    return None, "", found
+
+
+def timing_rule(kernel: str, synth_dir: Path | None = None) -> str:
+    """``kernel``'s verdict against the 300 MHz rule (docs/timing.md) from its synthesis
+    report: ``meets`` or ``breaks`` (with `` (V80 build)`` or `` (quick set)`` when only that
+    report has one), ``no timing proxy`` (a report older than the proxy) or ``not
+    synthesised``. Never runs Yosys."""
+    timing, suffix, found = _timing(kernel, synth_dir)
+    if timing is not None:
+        return timing["verdict"] + suffix
     return "no timing proxy" if found else "not synthesised"
+
+
+def proxy_clock(kernel: str, synth_dir: Path | None = None) -> int | None:
+    """The clock in MHz (rounded down) whose period holds ``kernel``'s critical path as the
+    timing proxy estimates it (docs/timing.md, "The clock a kernel meets"); None without an
+    estimate. Read from the report ``timing_rule`` reads."""
+    timing, _, _ = _timing(kernel, synth_dir)
+    path = (timing or {}).get("critical_path") or {}
+    return clock_it_meets(path["estimate_ns"]) if path.get("estimate_ns") else None
 
 
 def _measured_outside_contract(contract: dict) -> list[str]:
@@ -273,7 +295,7 @@ def measure_kernels(contract: dict, points: list[dict], target: Board, console: 
         if kernels is not None and kernel not in kernels:
             continue
         console.step(f"measuring {kernel} ({phase}) at {len(points)} contract points")
-        rule = timing_rule(kernel)
+        rule, rule_clock = timing_rule(kernel), proxy_clock(kernel)
         sim_target, reason = find_sim_target(kernel)
         if sim_target is not None and not sim_target.has_measure:
             reason = f"simulation target `{kernel}` has no measure() yet"
@@ -322,6 +344,7 @@ def measure_kernels(contract: dict, points: list[dict], target: Board, console: 
                 "hbm_floor_us": floor,
                 "bound": "hbm" if floor > microseconds else "cycles",
                 "timing_rule": rule,
+                "proxy_clock_mhz": rule_clock,
                 "invocations": result.get("invocations"),
                 "ports": dict(sorted(result.get("ports", {}).items())),
                 "notes": result.get("notes"),
@@ -389,7 +412,9 @@ def render_budget(sheet: dict) -> str:
         "* 300 MHz rule: the kernel's verdict against the logic-depth rule of `docs/timing.md` "
         "(`reports/timing_proxy.md`), read from `reports/synth/<kernel>.json` (`python -m "
         f"hw.synth <kernel>`; `not synthesised`: no report yet). {BREAKS_MARK} on a µs figure: "
-        "the kernel breaks the rule, so the figure assumes a clock its netlist may not reach.",
+        "the kernel breaks the rule, so the figure assumes a clock its netlist may not reach; the "
+        "rule column then gives the clock its critical path would meet by the same estimate "
+        "and the µs figure at that clock.",
         f"* {FORMULA_MARK} on a cycle figure: it comes from a schedule formula validated against "
         "the simulation of smaller builds (the source is given below the table).",
         "",
@@ -403,7 +428,7 @@ def render_budget(sheet: dict) -> str:
             [[r["kernel"], r["phase"], r["point"], f"{r['bytes_in']:,}", f"{r['bytes_out']:,}",
               f"{r['operations']:,}",
               "–" if r["initiation_interval"] is None else f"{r['initiation_interval']:g}",
-              f"{r['clock_mhz']:g}", _cycles(r), _microseconds(r), r["timing_rule"],
+              f"{r['clock_mhz']:g}", _cycles(r), _microseconds(r), _rule_cell(r),
               f"{r['hbm_floor_us']:.3f}", r["bound"]] for r in sheet["rows"]],
             "lll" + "r" * 7 + "lrl"))
         sources = {r["kernel"]: r["source"] for r in sheet["rows"] if _by_formula(r)}
@@ -435,6 +460,15 @@ def _microseconds(row: dict) -> str:
     """The µs figure, marked when the kernel breaks the 300 MHz rule."""
     mark = f" {BREAKS_MARK}" if row["timing_rule"].startswith("breaks") else ""
     return f"{row['microseconds']:.3f}{mark}"
+
+
+def _rule_cell(row: dict) -> str:
+    """The verdict; for a kernel that breaks the rule, the clock its critical path would meet
+    and the µs figure at that clock."""
+    clock = row.get("proxy_clock_mhz")
+    if not row["timing_rule"].startswith("breaks") or not clock:
+        return row["timing_rule"]
+    return f"{row['timing_rule']}: {clock} MHz, {row['cycles'] / clock:,.3f} µs"
 
 
 def plot_budget(sheet: dict, path: Path) -> None:
@@ -508,13 +542,15 @@ def plot_budget(sheet: dict, path: Path) -> None:
 def _keep_other_kernels(path: Path, selected: list[str], rows: list[dict],
                         missing: list[dict], order: list[str]) -> tuple[list, list]:
     """``rows``/``missing`` of the selected kernels merged with the other kernels' entries of
-    the sheet at ``path`` (``--keep-others``), in contract order."""
+    the sheet at ``path`` (``--keep-others``, ``--verdicts-only``), in contract order."""
     try:
         previous = json.loads(path.read_text())
     except (OSError, ValueError) as error:
-        raise FlowError(f"--keep-others needs the existing sheet {path}: {error}") from error
+        raise FlowError(f"--keep-others and --verdicts-only need the existing sheet {path}: "
+                        f"{error}") from error
     # (The verdicts of the kept rows are read again: the synthesis reports may be newer.)
-    kept_rows = [{**r, "timing_rule": timing_rule(r["kernel"])}
+    kept_rows = [{**r, "timing_rule": timing_rule(r["kernel"]),
+                  "proxy_clock_mhz": proxy_clock(r["kernel"])}
                  for r in previous["rows"] if r["kernel"] not in selected]
     kept_missing = [m for m in previous["not_measured"] if m["kernel"] not in selected]
     missing = [m for m in missing if m["kernel"] in selected]
@@ -536,6 +572,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--keep-others", action="store_true",
                         help="with --kernel: keep the other kernels' rows of the existing "
                              "cycle_budget.json instead of listing them as not selected")
+    parser.add_argument("--verdicts-only", action="store_true",
+                        help="measure nothing: keep every row of the existing "
+                             "cycle_budget.json, read the 300 MHz verdicts again from "
+                             "reports/synth/ (after python -m hw.synth) and write the sheet, "
+                             "fusion_design.md and the plot again")
     return parser
 
 
@@ -557,6 +598,10 @@ def main(argv=None) -> int:
         return 2
     points = contract_points(contract)
     selected = [k for k in contract["kernels"] if args.kernel is None or k in args.kernel]
+    if args.verdicts_only:
+        if args.kernel:
+            parser.error("--verdicts-only measures nothing: leave out --kernel")
+        selected = []
     console = Console(LOG_DIR / "report.log", total_steps=5 + len(selected))
     out = args.out
     started = time.monotonic()
@@ -571,9 +616,9 @@ def main(argv=None) -> int:
                                                                    args.contract))
         console.step(f"writing {out / 'env_manifest.txt'}")
         (out / "env_manifest.txt").write_text(render_env_manifest(args.contract))
-        rows, missing = measure_kernels(contract, points, target, console,
-                                        kernels=args.kernel)
-        if args.keep_others and args.kernel:
+        rows, missing = ([], []) if args.verdicts_only else measure_kernels(
+            contract, points, target, console, kernels=args.kernel)
+        if args.verdicts_only or (args.keep_others and args.kernel):
             rows, missing = _keep_other_kernels(out / "cycle_budget.json", selected, rows,
                                                 missing, list(contract["kernels"]))
         console.step("writing the cycle budget sheet (JSON, Markdown)")

@@ -35,7 +35,8 @@ from collections import Counter, defaultdict, deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["DelayModel", "RULE", "analyse", "analyse_file", "render_table", "VIOLATIONS_LISTED"]
+__all__ = ["DelayModel", "RULE", "analyse", "analyse_file", "clock_it_meets", "render_table",
+           "VIOLATIONS_LISTED"]
 
 #: How many kinds of breaking registers a report lists (worst first).
 VIOLATIONS_LISTED = 12
@@ -499,6 +500,11 @@ def analyse_file(path: Path, *, top: str | None = None, model: DelayModel = RULE
         return analyse(json.load(f), top=top, model=model)
 
 
+def clock_it_meets(estimate_ns: float) -> int:
+    """The clock in MHz, rounded down, whose period holds a path of ``estimate_ns``."""
+    return int(1000.0 / estimate_ns)
+
+
 def render_table(reports: list[dict], model: DelayModel = RULE) -> str:
     """``reports/timing_proxy.md`` from the synthesis reports (``reports/synth/*.json``): one
     row per report, then the registers that break the rule, then the parameter sets."""
@@ -510,13 +516,14 @@ def render_table(reports: list[dict], model: DelayModel = RULE) -> str:
         f"and its delays: `docs/timing.md`. At {model.clock_mhz:g} MHz (period "
         f"{model.period:.3f} ns) a path of LUTs only may have at most {model.max_lut_levels} "
         f"LUT levels, a carry chain behind one LUT level at most {model.max_carry_bits} bits; "
-        "the verdict compares the critical path's estimate with the period.",
+        "the verdict compares the critical path's estimate with the period; the clock it "
+        "meets is the one whose period holds that estimate (rounded down).",
         "",
         "| kernel | parameter set | LUT levels | carry bits | cells on path | estimate (ns) "
         "| start | end | max fanout | deepest (LUT levels) | longest carry chain (bits) "
-        "| Yosys (s) | verdict |",
+        "| Yosys (s) | verdict | clock it meets (MHz) |",
         "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: "
-        "| --- |",
+        "| --- | ---: |",
     ]
     parameter_rows, details = [], []
     for report in reports:
@@ -534,7 +541,7 @@ def render_table(reports: list[dict], model: DelayModel = RULE) -> str:
             why = ("no timing proxy (report older than flow/timing.py: synthesise again)"
                    if timing is None else timing["verdict"])
             lines.append(f"| {kernel} | {label} | " + " | ".join(["–"] * 10)
-                         + f" | {why} |")
+                         + f" | {why} | – |")
             continue
         deepest = timing["deepest_path"]
         verdict = "**breaks**" if timing["verdict"] == "breaks" else timing["verdict"]
@@ -543,7 +550,7 @@ def render_table(reports: list[dict], model: DelayModel = RULE) -> str:
             f"{path['cells']} | {path['estimate_ns']:.2f} | `{path['start']}` | "
             f"`{path['end']}` | {path['max_fanout']:,} | {deepest['lut_levels']} | "
             f"{timing['longest_carry_chain']['bits']} | {report.get('seconds', '–')} | "
-            f"{verdict} |")
+            f"{verdict} | {clock_it_meets(path['estimate_ns'])} |")
         if timing.get("violations"):
             details += [
                 "", f"### {kernel} ({label} set): {timing['breaking_signals']} signals break "

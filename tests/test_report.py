@@ -191,20 +191,27 @@ def test_measurements_make_rows_and_the_reruns_are_identical(tmp_path, capsys, w
     assert {name: (out / name).read_bytes() for name in OUTPUTS} == first
 
 
+SLOW_PATH = {"verdict": "breaks", "critical_path": {"estimate_ns": 9.5}}  # 105 MHz
+
+
 @pytest.mark.parametrize("reports, rule, cell", [
     ({"score.json": "breaks"}, "breaks", "| 0.233 ✗ | breaks |"),
+    ({"score.json": SLOW_PATH}, "breaks", "| 0.233 ✗ | breaks: 105 MHz, 0.667 µs |"),
     ({"score.json": "meets", "score.quick.json": "breaks"}, "meets", "| 0.233 | meets |"),
     ({"score.json": None, "score.quick.json": "breaks"}, "breaks (quick set)",
      "| 0.233 ✗ | breaks (quick set) |"),
+    ({"score.v80.json": "meets", "score.quick.json": "breaks"}, "meets (V80 build)",
+     "| 0.233 | meets (V80 build) |"),
     ({"score.json": None}, "no timing proxy", "| 0.233 | no timing proxy |"),
 ])
 def test_the_timing_rule_comes_from_the_synthesis_report(tmp_path, capsys, isolated, reports,
                                                         rule, cell):
     isolated["score"] = _fake_target(_measure)
     (tmp_path / "synth").mkdir()
-    for name, verdict in reports.items():
-        report = {"kernel": "score"} if verdict is None else {
-            "kernel": "score", "timing": {"verdict": verdict}}
+    for name, timing in reports.items():
+        report = {"kernel": "score"} if timing is None else {
+            "kernel": "score", "timing": {"verdict": timing} if isinstance(timing, str)
+            else timing}
         (tmp_path / "synth" / name).write_text(json.dumps(report))
     status, _, stderr = run(capsys, "--out", str(tmp_path / "reports"), "--kernel", "score")
     assert status == 0, stderr
@@ -213,6 +220,33 @@ def test_the_timing_rule_comes_from_the_synthesis_report(tmp_path, capsys, isola
     budget = (tmp_path / "reports" / "cycle_budget.md").read_text()
     assert "| score | draft | serving-b8-v32000 | 11,720 |" in budget
     assert cell in budget
+
+
+def test_verdicts_only_keeps_the_rows_and_reads_the_verdicts_again(tmp_path, capsys,
+                                                                   isolated):
+    isolated["score"] = _fake_target(_measure)
+    out = tmp_path / "reports"
+    assert run(capsys, "--out", str(out))[0] == 0
+    before = json.loads((out / "cycle_budget.json").read_text())
+    isolated["score"] = _fake_target(lambda point, **_: pytest.fail("measured again"))
+    (tmp_path / "synth").mkdir()
+    (tmp_path / "synth" / "score.json").write_text(json.dumps(
+        {"kernel": "score", "timing": SLOW_PATH}))
+    status, stdout, stderr = run(capsys, "--out", str(out), "--verdicts-only")
+    assert status == 0, stderr
+    sheet = json.loads((out / "cycle_budget.json").read_text())
+    validate(sheet, "cycle_budget")
+    changed = {"timing_rule": "breaks", "proxy_clock_mhz": 105}
+    assert sheet["rows"] == [{**r, **changed} if r["kernel"] == "score" else r
+                             for r in before["rows"]]
+    assert "measuring" not in stdout
+
+
+def test_verdicts_only_refuses_a_kernel(tmp_path, capsys, isolated):
+    with pytest.raises(SystemExit) as exit_:
+        run(capsys, "--out", str(tmp_path), "--verdicts-only", "--kernel", "score")
+    assert exit_.value.code == 2
+    assert "--verdicts-only measures nothing" in capsys.readouterr().err
 
 
 def test_selected_kernel_only(tmp_path, capsys, isolated):
@@ -254,7 +288,7 @@ def test_keep_others_without_a_sheet_fails_naming_it(tmp_path, capsys, isolated)
     status, _, stderr = run(capsys, "--out", str(tmp_path), "--kernel", "score",
                             "--keep-others")
     assert status != 0
-    assert f"--keep-others needs the existing sheet {tmp_path / 'cycle_budget.json'}" in stderr
+    assert f"need the existing sheet {tmp_path / 'cycle_budget.json'}" in stderr
     assert not (tmp_path / "cycle_budget.json").exists()
 
 
