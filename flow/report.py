@@ -410,8 +410,9 @@ def render_budget(sheet: dict) -> str:
         "unfused kernels; `fused`: one verify step of the fused verify (`tree_verify`, which "
         "replaces `logits_to_probas` + `reject_sample`); `round`: the dataflow top.",
         "* 300 MHz rule: the kernel's verdict against the logic-depth rule of `docs/timing.md` "
-        "(`reports/timing_proxy.md`), read from `reports/synth/<kernel>.json` (`python -m "
-        f"hw.synth <kernel>`; `not synthesised`: no report yet). {BREAKS_MARK} on a µs figure: "
+        "(`reports/timing_proxy.md`), read from `reports/synth/<kernel>.json`, else its "
+        "`.v80.json` or `.quick.json` (`python -m hw.synth <kernel>`; `not synthesised`: no "
+        f"report yet). {BREAKS_MARK} on a µs figure: "
         "the kernel breaks the rule, so the figure assumes a clock its netlist may not reach; the "
         "rule column then gives the clock its critical path would meet by the same estimate "
         "and the µs figure at that clock.",
