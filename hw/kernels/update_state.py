@@ -212,6 +212,48 @@ def _select(m, index, values, *, name):
     return out
 
 
+def _float32_at_least(a, c):
+    """numpy's ``a >= c`` on binary32 bit patterns: ``+0.0 >= -0.0``, false when either is
+    NaN (``float32_less`` compares magnitudes, no negation in front of the compare)."""
+    return float32_less(c, a) | float32_equal(a, c)
+
+
+def _merge_input(m, side, *, en, head, valid, pending, port_data, pop, readable, bypass,
+                 bypass_data):
+    """One input of the merge: ``head[0..2]`` in registers (``valid``: a thermometer code,
+    bit ``i`` set when ``head[i]`` holds an element), refilled in order from the element
+    waiting in the read port (``pending``) or, when none waits, from ``bypass_data`` where
+    ``bypass`` offers the element being written to the buffer that port reads (saving the
+    port's round trip: the merge sees it as soon as the old single-head design did). ``pop``
+    (only with ``valid[0]``) consumes ``head[0]``.
+
+    Returns ``(read, bypassed)``: enable of the read port this clock, bypass taken; either
+    consumes one element of the buffer (``readable`` and ``bypass`` must exclude each other).
+    Both depend on registers only, not on ``pop``: with a free head the element in hand surely
+    moves into a head this clock, and three heads keep one pop per clock going.
+    """
+    depth = len(head)
+    kept = Signal(depth, name=f"{side}_kept")  # the heads left after the pop
+    m.d.comb += kept.eq(Mux(pop, valid[1:], valid))
+    room = ~valid[-1]
+    bypassed = en & bypass & ~pending & room
+    fill = en & (pending | bypassed) & ~kept[-1]
+    read = en & (~pending | room) & readable
+    source = Mux(pending, port_data, bypass_data)
+    with m.If(en):
+        m.d.sync += [valid.eq(kept | (fill & ~kept[-1]).replicate(depth) & ~kept & Cat(1, kept)),
+                     pending.eq(read | (pending & ~fill))]
+        for i in range(depth):
+            # head i takes head i + 1 on a pop, the new element where it lands
+            lands = ~kept[i] & (kept[i - 1] if i else 1)
+            with m.If(lands):
+                m.d.sync += head[i].eq(source)
+            if i + 1 < depth:
+                with m.Elif(pop):
+                    m.d.sync += head[i].eq(head[i + 1])
+    return read, bypassed
+
+
 class UpdateCumuDraftState(KernelComponent):
     """K2 ``update_cumu_draft_state`` with the cumulative tree state held on chip.
 
@@ -289,12 +331,10 @@ class UpdateCumuDraftState(KernelComponent):
                 with m.Case(region):
                     m.d.comb += region_ok.eq(cmd.index < p.region_size(region))
         host_ok = slot_ok & region_ok
-        host_addr = {
-            Region.NODE: cmd.slot * MAXN + cmd.index,
-            Region.OUTPUT: cmd.slot * K + cmd.index,
-            Region.WORK: cmd.slot * WS + cmd.index,
-            Region.SORT: cmd.slot * MAXV + cmd.index,
-        }
+        # The index is cut to the bits of its region (an index beyond it writes nothing and
+        # reads zeros): no adder in front of the write enables where a size is a power of 2.
+        host_addr = {region: cmd.slot * p.region_size(region)
+                     + cmd.index[:index_bits(p.region_size(region))] for region in Region}
         host_write = {region: host_accept & cmd.write & host_ok & (cmd.region == region)
                       for region in Region}
         rsp_region = stage(m, host_en, cmd.region, name="rsp_region")
@@ -324,6 +364,10 @@ class UpdateCumuDraftState(KernelComponent):
         input_count = Signal.like(req.input_count, name="input_count")
         start = Signal(IW - 1, name="start")           # cumu_count
         verify_num = Signal(signed(32), name="verify_num")
+        # verify_num < 1 and verify_num > MAXV, compared as the header is latched, so that
+        # SETUP's clamp is one multiplexer in front of ws0/ws1's comparisons.
+        verify_low = Signal(name="verify_low")
+        verify_high = Signal(name="verify_high")
         depth = Signal(IW - 1, name="curr_depth")
         refused = Signal()
         framing_error = Signal()
@@ -366,19 +410,34 @@ class UpdateCumuDraftState(KernelComponent):
         copy_from_output = Signal(name="copy_from_output")
         copy_addr = Signal(range(B * WS), name="copy_addr")
         copied = Signal(range(MAXV + K + 1), name="copied")           # work elements written
-        a_read = Signal(range(MAXV + 1), name="a_read")
+        # (i < t) & (sorted_index[i] < t), resp. (i < t) & (parent_index[i] < t), as registers
+        tok_arrived = Signal(K, name="token_arrived")
+        mask_arrived = Signal(K, name="mask_arrived")
+        a_read = Signal(range(MAXV + 1), name="a_read")     # A elements fetched
         a_taken = Signal(range(MAXV + 1), name="a_taken")
-        a_head_valid = Signal(name="a_head_valid")
-        c_read = Signal(range(NM + 1), name="c_read")
+        c_read = Signal(range(NM + 1), name="c_read")       # C elements fetched
         c_taken = Signal(range(NM + 1), name="c_taken")
-        c_head_valid = Signal(name="c_head_valid")
         merged = Signal(range(MAXV + 1), name="merged")
+        # Merge inputs: three registered heads each and an element waiting in the read port
+        # (pending); see _merge_input.
+        a_head = [Signal(32, name=f"a_head{i}") for i in range(3)]
+        c_head = [Signal(32, name=f"c_head{i}") for i in range(3)]
+        a_valid = Signal(3, name="a_valid")  # thermometer: head i valid
+        c_valid = Signal(3, name="c_valid")
+        a_pending = Signal(name="a_pending")
+        c_pending = Signal(name="c_pending")
+        a_ge_c = Signal(name="a_ge_c")        # a_head0 >= c_head0, computed a clock early
+        a_ge_c_ok = Signal(name="a_ge_c_ok")  # both heads were registers when it was computed
+        a_left = Signal(name="a_left")        # a_taken < ws0
+        c_left = Signal(name="c_left")        # c_taken < n
+        out_left = Signal(name="out_left")    # merged < ws1
+        guard = Signal(name="guard")          # sort_scores[merged] may be written (see below)
 
         m.submodules.scale = mul = Float32Multiply()
         m.d.comb += [mul.en.eq(1), mul.b.eq(CUMU_SCORE_SCALE_BITS), mul.a.eq(req.proba)]
 
         beat = Signal()
-        running = Signal()
+        running = Signal()  # in RUN, as a register of its own
         finished = Signal()
 
         # --- control -----------------------------------------------------------------------
@@ -396,6 +455,8 @@ class UpdateCumuDraftState(KernelComponent):
                             slot.eq(req.slot), width.eq(clamped_width),
                             input_count.eq(req.input_count), start.eq(req.cumu_count),
                             verify_num.eq(req.verify_num), depth.eq(req.curr_depth),
+                            verify_low.eq(req.verify_num < 1),
+                            verify_high.eq(req.verify_num > MAXV),
                             refused.eq((req.slot >= B) | (req.tree_width == 0)
                                        | (req.tree_width > WM)),
                             framing_error.eq(0),
@@ -408,7 +469,7 @@ class UpdateCumuDraftState(KernelComponent):
                 count = width * K
                 clamped = Signal(range(MAXV + 1), name="v")  # clamp(verify_num, 1, MAXV)
                 m.d.comb += clamped.eq(
-                    Mux(verify_num < 1, 1, Mux(verify_num > MAXV, MAXV, verify_num)))
+                    Mux(verify_low, 1, Mux(verify_high, MAXV, verify_num)))
                 m.d.sync += [
                     n.eq(count),
                     ws0.eq(Mux(start < clamped, start, clamped)),
@@ -426,14 +487,19 @@ class UpdateCumuDraftState(KernelComponent):
                     t.eq(0), beat_w.eq(0), beat_k.eq(0), rx_done.eq(0),
                     link_w.eq(0), link_value.eq(start),
                     tok_issued.eq(0), mask_i.eq(0), copy_x.eq(0), copy_i.eq(0), copied.eq(0),
-                    a_read.eq(0), a_taken.eq(0), a_head_valid.eq(0),
-                    c_read.eq(0), c_taken.eq(0), c_head_valid.eq(0), merged.eq(0),
+                    tok_arrived.eq(0), mask_arrived.eq(0),
+                    a_read.eq(0), a_taken.eq(0), a_valid.eq(0), a_pending.eq(0),
+                    c_read.eq(0), c_taken.eq(0), c_valid.eq(0), c_pending.eq(0),
+                    merged.eq(0), a_ge_c_ok.eq(0),
+                    # ws0 = min(start, v) with v >= 1, ws1 >= 1, copy_x = 0
+                    a_left.eq(start != 0), c_left.eq(1), out_left.eq(1), guard.eq(start == 0),
                 ]
+                m.d.sync += running.eq(1)
                 m.next = "RUN"
 
             with m.State("RUN"):
-                m.d.comb += running.eq(1)
                 with m.If(finished):
+                    m.d.sync += running.eq(0)
                     m.next = "DONE"
 
             with m.State("DONE"):
@@ -506,25 +572,42 @@ class UpdateCumuDraftState(KernelComponent):
         with m.If(link_go):
             m.d.sync += [link_w.eq(link_w + 1), link_value.eq(link_value + K)]
 
+        # Arrival flags for the beat counts after this clock (kept in registers: comparing the
+        # beat count in front of the pick and the lookup would be too deep for one clock).
+        def arrivals(flags, values, incoming):
+            with m.If(beat):
+                m.d.sync += flags.eq(Cat(*(
+                    Mux(t == i, incoming <= t, (t > i) & (flags[i] | (value == t)))
+                    for i, value in enumerate(values))))
+
+        arrivals(tok_arrived, sorted_index, req.sorted_index)
+        arrivals(mask_arrived, parent, req.parent_index)
+
         # --- output tokens: output_tokens[i] = topk_tokens[sorted_indexs[i]] -----------------
-        # Out of order: each clock the lowest i whose sorted index and token have arrived.
-        tok_ready = Cat(*(~tok_issued[i] & (t > i) & ((sorted_index[i] < t) | rx_done)
-                          for i in range(K)))
+        # Out of order: each clock the lowest i whose sorted index and token have arrived
+        # (all have once rx_done: t = N >= K).
+        tok_ready = ~tok_issued & (tok_arrived | rx_done.replicate(K))
         tok_pick = Signal(range(K), name="token_pick")
         for i in reversed(range(K)):
             with m.If(tok_ready[i]):
                 m.d.comb += tok_pick.eq(i)
         tok_issue = running & tok_ready.any()
-        tok_index = _select(m, tok_pick, sorted_index, name="token_index")
-        m.d.comb += [rd["cand_token"].addr.eq(tok_index), rd["cand_token"].en.eq(tok_issue)]
-        m.d.sync += [tok_pending.eq(tok_issue), tok_addr.eq(out_base + tok_pick)]
+        # The pick is registered before it addresses cand_token (one more clock of latency,
+        # one lookup per clock as before).
+        tok_read = stage(m, always, tok_issue, name="token_read")
+        tok_picked = stage(m, always, tok_pick, name="token_picked")
+        tok_index = _select(m, tok_picked, sorted_index, name="token_index")
+        tok_out = stage(m, always, out_base + tok_pick, name="token_out")
+        m.d.comb += [rd["cand_token"].addr.eq(tok_index), rd["cand_token"].en.eq(tok_read)]
+        m.d.sync += [tok_pending.eq(tok_read), tok_addr.eq(tok_out)]
         with m.If(tok_issue):
             m.d.sync += tok_issued.eq(tok_issued | (1 << tok_pick)[:K])
-        tokens_done = tok_issued.all() & ~tok_pending
+        tokens_done = tok_issued.all() & ~tok_read & ~tok_pending
 
         # --- mask rows: read-modify-write keeping columns >= input_count - 1 -----------------
         mask_parent = _select(m, mask_i, parent + [parent[0]], name="mask_parent")
-        mask_issue = running & (mask_i < K) & (mask_i < t) & ((mask_parent < t) | rx_done)
+        mask_issue = running & (mask_i < K) & (Cat(mask_arrived, 0).bit_select(mask_i, 1)
+                                               | rx_done)
         m.d.sync += [mask_pending.eq(mask_issue), mask_addr.eq(out_base + mask_i)]
         with m.If(mask_issue):
             m.d.sync += mask_i.eq(mask_i + 1)
@@ -547,26 +630,46 @@ class UpdateCumuDraftState(KernelComponent):
         copy_done = (copy_i == K) & ~copy_pending
 
         # --- merge: A = work_scores[0..ws0-1] (the copy), C = sorted_scores, as they arrive ----
-        a_left = a_taken < ws0
-        c_left = c_taken < n
-        a_head, c_head = rd["work"].data, rd["cand_score"].data
-        a_ready = ~a_left | a_head_valid
-        c_ready = ~c_left | c_head_valid
-        # sort_scores[o] may be overwritten once the copy has read it.
-        guard = (merged >= ws0) | (merged < copy_x)
-        fire = running & (merged < ws1) & (a_left | c_left) & a_ready & c_ready & guard
-        a_ge_c = float32_less(c_head, a_head) | float32_equal(a_head, c_head)
+        # One output per clock from registers only: the heads of both inputs and a_ge_c, their
+        # comparison, are computed a clock early for every way this clock can pop.
+        a_has, c_has = a_valid[0], c_valid[0]
+        fire = running & out_left & guard & Mux(
+            a_left & c_left, a_has & c_has & a_ge_c_ok, Mux(a_left, a_has, c_left & c_has))
         take_a = a_left & (~c_left | a_ge_c)
         pop_a = fire & take_a
         pop_c = fire & ~take_a
-        a_issue = running & (~a_head_valid | pop_a) & (a_read < ws0) & (a_read < copied)
-        c_issue = running & (~c_head_valid | pop_c) & (c_read < n) & (c_read < t)
-        with m.If(running):  # (SETUP clears both; these statements must not override it)
-            m.d.sync += [a_head_valid.eq(a_issue | (a_head_valid & ~pop_a)),
-                         c_head_valid.eq(c_issue | (c_head_valid & ~pop_c))]
-        with m.If(a_issue):
+        # A element a is readable once copied (a < copied); the one being copied this clock is
+        # taken from the sort_scores read itself. C element c once beat c has arrived (c < t);
+        # the one arriving this clock is taken from the beat.
+        a_issue, a_bypassed = _merge_input(
+            m, "a", en=running, head=a_head, valid=a_valid, pending=a_pending,
+            port_data=rd["work"].data, pop=pop_a,
+            readable=(a_read < ws0) & (a_read < copied),
+            bypass=copy_pending & ~copy_from_output & (a_read == copied),
+            bypass_data=rd["sort"].data)
+        c_issue, c_bypassed = _merge_input(
+            m, "c", en=running, head=c_head, valid=c_valid, pending=c_pending,
+            port_data=rd["cand_score"].data, pop=pop_c,
+            readable=(c_read < n) & (c_read < t),
+            bypass=beat & (c_read == t), bypass_data=req.sorted_score)
+        with m.If(running):  # (SETUP initialises these; these statements must not override it)
+            m.d.sync += [
+                a_ge_c.eq(Mux(pop_a, _float32_at_least(a_head[1], c_head[0]),
+                              Mux(pop_c, _float32_at_least(a_head[0], c_head[1]),
+                                  _float32_at_least(a_head[0], c_head[0])))),
+                # valid when the heads after this clock are registers now (not being refilled)
+                a_ge_c_ok.eq(Mux(pop_a, a_valid[1] & c_has,
+                                 Mux(pop_c, c_valid[1] & a_has, a_has & c_has))),
+                a_left.eq(Mux(pop_a, a_taken + 1 < ws0, a_taken < ws0)),
+                c_left.eq(Mux(pop_c, c_taken + 1 < n, c_taken < n)),
+                out_left.eq(Mux(fire, merged + 1 < ws1, merged < ws1)),
+                # sort_scores[o] may be overwritten once the copy has read it (o < copy_x); as
+                # a register, for both merged and merged + 1 (copy_x only grows).
+                guard.eq((merged >= ws0) | (merged + 1 < copy_x)),
+            ]
+        with m.If(a_issue | a_bypassed):
             m.d.sync += a_read.eq(a_read + 1)
-        with m.If(c_issue):
+        with m.If(c_issue | c_bypassed):
             m.d.sync += c_read.eq(c_read + 1)
         with m.If(pop_a):
             m.d.sync += a_taken.eq(a_taken + 1)
@@ -574,7 +677,7 @@ class UpdateCumuDraftState(KernelComponent):
             m.d.sync += c_taken.eq(c_taken + 1)
         with m.If(fire):
             m.d.sync += merged.eq(merged + 1)
-        merge_done = merged == ws1
+        merge_done = ~out_left
         m.d.comb += [rd["cand_score"].addr.eq(c_read), rd["cand_score"].en.eq(c_issue)]
 
         m.d.comb += finished.eq(rx_done & links_done & tokens_done & masks_done & copy_done
@@ -609,7 +712,7 @@ class UpdateCumuDraftState(KernelComponent):
                 wr["work"].en.eq(copy_pending & write_ok),
                 rd["work"].addr.eq(work_base + a_read), rd["work"].en.eq(a_issue),
                 wr["sort"].addr.eq(sort_base + merged),
-                wr["sort"].data.eq(Mux(take_a, a_head, c_head)),
+                wr["sort"].data.eq(Mux(take_a, a_head[0], c_head[0])),
                 wr["sort"].en.eq(fire & write_ok),
             ]
         with m.Else():
@@ -622,8 +725,7 @@ class UpdateCumuDraftState(KernelComponent):
             for region, names in region_mems.items():
                 for name in names:
                     m.d.comb += [rd[name].addr.eq(host_addr[region]), rd[name].en.eq(host_en),
-                                 wr[name].addr.eq(host_addr[region]),
-                                 wr[name].en.eq(host_write[region])]
+                                 wr[name].addr.eq(host_addr[region])]
             node = wr["node"].data
             m.d.comb += [
                 node.tok.eq(cmd.tok), node.score.eq(cmd.score), node.delta.eq(cmd.delta),
@@ -633,6 +735,12 @@ class UpdateCumuDraftState(KernelComponent):
                 wr["out_mask"].data.eq(cmd.mask),
                 wr["work"].data.eq(cmd.score), wr["sort"].data.eq(cmd.score),
             ]
+        # A host write (IDLE only) overrides the engines' write enables instead of sharing a
+        # multiplexer with `running`: one LUT level less behind host_rsp.ready.
+        for region, names in region_mems.items():
+            for name in names:
+                with m.If(host_write[region]):
+                    m.d.comb += wr[name].en.eq(1)
         return m
 
 

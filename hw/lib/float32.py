@@ -17,7 +17,7 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Value, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .pipeline import count_leading_zeros, shift_right_sticky, stage
+from .pipeline import stage
 
 __all__ = [
     "CANONICAL_NAN", "POSITIVE_INFINITY",
@@ -65,15 +65,23 @@ def float32_order_key(bits: Value) -> Value:
 
 
 def float32_less(a: Value, b: Value) -> Value:
-    """``a < b`` as IEEE-754 (and numpy) define it: false whenever either side is NaN."""
-    unordered = float32_fields(a).is_nan | float32_fields(b).is_nan
-    return ~unordered & (float32_order_key(a) < float32_order_key(b))
+    """``a < b`` as IEEE-754 (and numpy) define it: false whenever either side is NaN.
+
+    Compares sign and magnitude directly (two magnitude compares side by side, no negation
+    in front of a compare as with ``float32_order_key``: fewer logic levels)."""
+    a, b = Value.cast(a), Value.cast(b)
+    fa, fb = float32_fields(a), float32_fields(b)
+    both_zero = fa.is_zero & fb.is_zero
+    less = Mux(fa.sign, Mux(fb.sign, fb.magnitude < fa.magnitude, ~both_zero),
+               Mux(fb.sign, 0, fa.magnitude < fb.magnitude))
+    return ~(fa.is_nan | fb.is_nan) & less
 
 
 def float32_equal(a: Value, b: Value) -> Value:
     """``a == b`` as IEEE-754 defines it: ``+0.0 == -0.0``, NaN equals nothing."""
-    unordered = float32_fields(a).is_nan | float32_fields(b).is_nan
-    return ~unordered & (float32_order_key(a) == float32_order_key(b))
+    a, b = Value.cast(a), Value.cast(b)
+    fa, fb = float32_fields(a), float32_fields(b)
+    return ~(fa.is_nan | fb.is_nan) & ((a == b) | (fa.is_zero & fb.is_zero))
 
 
 class Float32Compare(wiring.Component):
@@ -166,9 +174,9 @@ class Float32Multiply(wiring.Component):
     Stages: (1) decode, special cases, exponent sum, the significands' leading zeros; (2) the
     24x24-bit significand product as two DSP slices' partial products and, beside them, the
     exponent arithmetic; (3) their sum; (4) the normalisation amounts for both possible
-    positions of the product's leading one, and that position (one bit of the product) picks
-    one set; (5) the normalisation shift: left to bit 47, or right into the subnormal range
-    (its lost bits known from stage 4); (6) round to nearest even.
+    positions of the product's leading one, and that position (one bit of the product); (5)
+    the position picks one set, and the normalisation shift: left to bit 47, or right into
+    the subnormal range (its lost bits known from stage 4); (6) round to nearest even.
     Every stage fits the 300 MHz rule of docs/timing.md (the leading-zero count of the
     product, its exponent arithmetic and both shifts were once one stage of 20 LUT levels).
 
@@ -222,7 +230,7 @@ class Float32Multiply(wiring.Component):
         }.items()}
 
         # Stage 2: the partial products of the significands and beside them the exponent
-        # arithmetic that does not depend on the product.
+        # arithmetic that does not depend on the product (its sums in stage 3).
         lz = (_leading_zeros_from_groups(s1["zeros_a"], 24).as_unsigned()
               + _leading_zeros_from_groups(s1["zeros_b"], 24).as_unsigned())  # 0 .. 48
         reduced = [Mux(s1[f"subnormal_{x}"],
@@ -232,8 +240,7 @@ class Float32Multiply(wiring.Component):
             # two 24 x 17 / 24 x 7 partial products, one DSP slice each
             "low": s1["mantissa_a"] * s1["mantissa_b"][:17],
             "high": s1["mantissa_a"] * s1["mantissa_b"][17:],
-            "lz": lz[:6], "lz_plus_1": (lz + 1)[:6],
-            "distance": reduced[0] + reduced[1],  # ea + eb - lz
+            "lz": lz[:6], "reduced_a": reduced[0], "reduced_b": reduced[1],
             "special_value": Mux(s1["is_nan"], CANONICAL_NAN,
                                  Cat(Mux(s1["is_inf"], POSITIVE_INFINITY, 0)[:31], s1["sign"])),
             **{name: s1[name] for name in ("exponent_sum", "sign", "special")}}.items()}
@@ -248,7 +255,10 @@ class Float32Multiply(wiring.Component):
             "subnormal_right": Mux(exponent_sum >= 127, 0,
                                    Mux(exponent_sum < 64, 63, (127 - exponent_sum)[:6])),
             "dropped": Cat(*(exponent_sum < 127 - i for i in range(48))),
-            **{name: value for name, value in s2.items() if name not in ("low", "high")}
+            "lz_plus_1": (s2["lz"] + 1)[:6],
+            "distance": s2["reduced_a"] + s2["reduced_b"],  # ea + eb - lz
+            **{name: value for name, value in s2.items()
+               if name not in ("low", "high", "reduced_a", "reduced_b")}
         }.items()}
 
         # Stage 4: for t = 0, 1 (P's leading one at bit 47 - lz - t) what the textbook
@@ -269,25 +279,32 @@ class Float32Multiply(wiring.Component):
                 # (ea + eb >= 381 needs two normal operands: lz = 0)
                 "overflow": exponent_sum >= 381 + t,
             })
-        t = ~(s3["product"] << s3["lz"])[47]
-        chosen = {name: Mux(t, choices[1][name], choices[0][name]) for name in choices[0]}
+        # Both choices are registered with t (bit 47 - lz of P, a 64-way multiplexer); stage 5
+        # picks one (choosing here too makes the stage too deep for the rule). The two left
+        # shifts differ by one bit at most: by one when both choices are normal (lz + 1 and
+        # lz), else not at all (both subnormal_left, or lz = subnormal_left at distance 127).
         s4 = {name: stage(m, en, value, name=f"s4_{name}") for name, value in {
-            **{name: chosen[name] for name in ("left", "field", "overflow")},
-            "right_shift": chosen["subnormal"] & (exponent_sum < 127),
+            "t": ~Array([*s3["product"][:48][::-1], *[Const(0, 1)] * 16])[s3["lz"]],
+            "left": choices[0]["left"], "one_more": ~choices[1]["subnormal"],
+            **{f"{name}{t}": choice[name] for t, choice in enumerate(choices)
+               for name in ("subnormal", "field", "overflow")},
+            "below": exponent_sum < 127,
             "right_shifted": s3["product"] >> s3["subnormal_right"],
-            "subnormal": chosen["subnormal"],
             "dropped_ones": (s3["product"] & s3["dropped"]).any(),
             **{name: s3[name] for name in ("product", "sign", "special", "special_value")}
         }.items()}
 
-        # Stage 5: the shift (whether a right shift drops a one is known from stage 4).
-        product = s4["product"]
+        # Stage 5: the shift, by the choice-0 amount and one more bit beside it (whether a
+        # right shift drops a one is known from stage 4).
+        chosen = {name: Mux(s4["t"], s4[f"{name}1"], s4[f"{name}0"])
+                  for name in ("subnormal", "field", "overflow")}
+        shifted = (s4["product"] << s4["left"])[:48]
+        shifted = Mux(s4["t"] & s4["one_more"], Cat(Const(0, 1), shifted[:47]), shifted)
         s5 = {name: stage(m, en, value, name=f"s5_{name}") for name, value in {
-            "significand": Mux(s4["right_shift"], s4["right_shifted"],
-                               (product << s4["left"])[:48]),
-            "lost": s4["subnormal"] & s4["dropped_ones"],
-            **{name: s4[name] for name in ("field", "overflow", "sign", "special",
-                                           "special_value")}}.items()}
+            "significand": Mux(chosen["subnormal"] & s4["below"], s4["right_shifted"], shifted),
+            "lost": chosen["subnormal"] & s4["dropped_ones"],
+            "field": chosen["field"], "overflow": chosen["overflow"],
+            **{name: s4[name] for name in ("sign", "special", "special_value")}}.items()}
 
         # Stage 6: bits 24..47 are the significand, bit 23 the guard bit, the rest sticky.
         significand = s5["significand"]
@@ -307,14 +324,19 @@ class Float32Add(wiring.Component):
     Uses the textbook guard/round/sticky datapath: the smaller operand is aligned into a
     27-bit field (24 significand bits and 3 extra bits, the last one sticky), which is enough
     for a correctly rounded sum and difference. Stages: (1) decode, order by magnitude,
-    special cases; (2) alignment shift; (3) add or subtract; (4) normalisation by leading-zero
-    count, limited at the subnormal exponent; (5) round to nearest even. An exact zero sum is
-    ``+0.0`` unless both addends are negative zeros.
+    special cases, the smaller significand's trailing zeros (for the sticky bit); (2)
+    alignment shift, and a marker bit at the lowest position a normalisation shift may bring
+    the leading one to (exponent 1, subnormal); (3) add or subtract, and the leading-zero
+    group tables of the sum with the marker; (4) their priority selection (the left shift,
+    never below exponent 1); (5) normalisation shift and the result exponent; (6) round to
+    nearest even. An exact zero sum is ``+0.0`` unless both addends are negative zeros. Every
+    stage meets the 300 MHz rule of docs/timing.md (with latency 5, the normalisation stage
+    had 13 LUT levels).
 
     Attributes
     ----------
     latency : int
-        Clocks from an operand pair to its sum: 5.
+        Clocks from an operand pair to its sum: 6.
 
     Members
     -------
@@ -328,7 +350,7 @@ class Float32Add(wiring.Component):
         The rounded sum; canonical NaN for NaN operands and ``inf - inf``.
     """
 
-    latency = 5
+    latency = 6
 
     def __init__(self):
         super().__init__({
@@ -345,17 +367,21 @@ class Float32Add(wiring.Component):
         a = float32_fields(self.a)
         b = float32_fields(Cat(self.b[:31], self.b[31] ^ self.subtract))
 
-        # Stage 1: specials, and the operands ordered so that |big| >= |small|.
-        is_nan = a.is_nan | b.is_nan | (a.is_inf & b.is_inf & (a.sign != b.sign))
-        is_inf = a.is_inf | b.is_inf
-        inf_sign = Mux(a.is_inf, a.sign, b.sign)
-        special_value = Mux(is_nan, CANONICAL_NAN, Cat(Const(POSITIVE_INFINITY, 31), inf_sign))
+        # Stage 1: the operands' classes, and the operands ordered so that |big| >= |small|;
+        # each significand's lowest one (3 + its trailing zeros: its position in the 27-bit
+        # field) and whether it is zero.
         swap = b.magnitude > a.magnitude
         big_sign = Mux(swap, b.sign, a.sign)
         big_exponent = Mux(swap, b.exponent_eff, a.exponent_eff)
         small_exponent = Mux(swap, a.exponent_eff, b.exponent_eff)
-        s1_special = stage(m, en, is_nan | is_inf, name="s1_special")
-        s1_special_value = stage(m, en, special_value, name="s1_special_value")
+        # (From the fraction alone, not waiting for the hidden bit: a zero fraction gives 26,
+        # the hidden bit's position; a zero significand has no one, `nonzero` says so.)
+        lowest_one = {name: _leading_zeros_from_groups(
+            _leading_zero_groups(x.fraction[::-1], 3), 23, 3).as_unsigned()[:5]
+            for name, x in (("a", a), ("b", b))}
+        s1 = {f"{name}_{x}": stage(m, en, getattr(fields, name), name=f"s1_{name}_{x}")
+              for x, fields in (("a", a), ("b", b)) for name in ("is_nan", "is_inf", "sign")}
+        s1_swap = stage(m, en, swap, name="s1_swap")
         s1_sign = stage(m, en, big_sign, name="s1_sign")
         s1_zero_sign = stage(m, en, a.sign & b.sign, name="s1_zero_sign")
         s1_subtract = stage(m, en, a.sign != b.sign, name="s1_subtract")
@@ -363,45 +389,75 @@ class Float32Add(wiring.Component):
         s1_distance = stage(m, en, (big_exponent - small_exponent)[:8], name="s1_distance")
         s1_big = stage(m, en, Mux(swap, b.mantissa, a.mantissa), name="s1_big")
         s1_small = stage(m, en, Mux(swap, a.mantissa, b.mantissa), name="s1_small")
+        s1_lowest = {x: stage(m, en, lowest_one[x], name=f"s1_lowest_{x}") for x in "ab"}
+        s1_nonzero = {x: stage(m, en, fields.mantissa.any(), name=f"s1_nonzero_{x}")
+                      for x, fields in (("a", a), ("b", b))}
 
-        # Stage 2: align the smaller significand; bits shifted out fold into the sticky bit.
-        aligned, lost = shift_right_sticky(Cat(Const(0, 3), s1_small), s1_distance, max_shift=27)
-        s2_small = stage(m, en, Cat(aligned[0] | lost, aligned[1:]), name="s2_small")
+        # Stage 2: the special cases; align the smaller significand, a one shifted out (a
+        # one below bit `distance` of the field) sets the sticky bit; for a difference, the
+        # one's complement (stage 3 adds the one). The marker: bit 27 - exponent, the
+        # position a left shift by `exponent - 1` brings to bit 26.
+        is_nan = s1["is_nan_a"] | s1["is_nan_b"] | (
+            s1["is_inf_a"] & s1["is_inf_b"] & (s1["sign_a"] != s1["sign_b"]))
+        is_inf = s1["is_inf_a"] | s1["is_inf_b"]
+        inf_sign = Mux(s1["is_inf_a"], s1["sign_a"], s1["sign_b"])
+        field = Cat(Const(0, 3), s1_small)
+        aligned = Mux(s1_distance[5:].any(), 0, field >> s1_distance[:5])
+        sticky = (Mux(s1_swap, s1_nonzero["a"], s1_nonzero["b"])
+                  & (Mux(s1_swap, s1_lowest["a"], s1_lowest["b"]) < s1_distance))
+        s2_small = stage(m, en, Cat(aligned[0] | sticky, aligned[1:27], 0)
+                         ^ s1_subtract.replicate(28), name="s2_small")
         s2_big = stage(m, en, Cat(Const(0, 3), s1_big), name="s2_big")
         s2_subtract = stage(m, en, s1_subtract, name="s2_subtract")
-        pass_through = [(s1_special, "special"), (s1_special_value, "special_value"),
-                        (s1_sign, "sign"), (s1_zero_sign, "zero_sign"), (s1_exponent, "exponent")]
-        s2 = {name: stage(m, en, value, name=f"s2_{name}") for value, name in pass_through}
+        s2_marker = stage(m, en, Cat(s1_exponent == 27 - i for i in range(27)),
+                          name="s2_marker")
+        s2_special = stage(m, en, is_nan | is_inf, name="s2_special")
+        s2_is_nan = stage(m, en, is_nan, name="s2_is_nan")
+        s2_inf_sign = stage(m, en, inf_sign, name="s2_inf_sign")
+        pass_through = [(s2_special, "special"), (s2_is_nan, "is_nan"),
+                        (s2_inf_sign, "inf_sign"), (stage(m, en, s1_sign, name="s2_sign"), "sign"),
+                        (stage(m, en, s1_zero_sign, name="s2_zero_sign"), "zero_sign"),
+                        (stage(m, en, s1_exponent, name="s2_exponent"), "exponent")]
+        s2 = {name: value for value, name in pass_through}
 
-        # Stage 3: |big| >= |small|, so the difference is never negative.
-        total = Mux(s2_subtract, s2_big - s2_small, s2_big + s2_small)[:28]
+        # Stage 3: |big| >= |small|, so the difference is never negative. The leading-zero
+        # group tables of the sum with the marker: the count is then at most `exponent - 1`.
+        total = (s2_big + s2_small + s2_subtract)[:28]
         s3_sum = stage(m, en, total, name="s3_sum")
+        s3_groups = stage(m, en, _leading_zero_groups(total[:27] | s2_marker), name="s3_groups")
         s3 = {name: stage(m, en, s2[name], name=f"s3_{name}") for _, name in pass_through}
 
-        # Stage 4: normalise. A carry out shifts right by one (its lost bit stays sticky);
-        # otherwise shift left by the leading zeros, but never below exponent 1 (subnormal).
-        carry = s3_sum[27]
-        leading_zeros = count_leading_zeros(s3_sum[:27])
-        left_limit = (s3["exponent"] - 1)[:8]
-        left_amount = Mux(leading_zeros < left_limit, leading_zeros, left_limit)
-        normalised = Mux(carry, Cat(s3_sum[0] | s3_sum[1], s3_sum[2:28]),
-                         (s3_sum[:27] << left_amount)[:27])
-        exponent = Mux(carry, s3["exponent"] + 1, s3["exponent"] - left_amount)[:9]
-        s4_significand = stage(m, en, normalised, name="s4_significand")
-        s4_exponent_field = stage(m, en, Mux(normalised[26], exponent, 0)[:9],
-                                  name="s4_exponent_field")
-        s4_is_zero = stage(m, en, s3_sum == 0, name="s4_is_zero")
-        s4 = {name: stage(m, en, s3[name], name=f"s4_{name}") for _, name in pass_through
+        # Stage 4: the left shift, min(leading zeros, exponent - 1).
+        s4 = {name: stage(m, en, value, name=f"s4_{name}") for name, value in {
+            "sum": s3_sum, "is_zero": s3_sum == 0,
+            "left_amount": _leading_zeros_from_groups(s3_groups, 27).as_unsigned()[:5],
+            **{name: s3[name] for _, name in pass_through}}.items()}
+
+        # Stage 5: normalise (a carry out shifts right by one instead, its lost bit stays
+        # sticky) and the exponent after it; a subnormal result (or a zero sum) leaves bit 26
+        # clear and gets the exponent field 0.
+        total = s4["sum"]
+        carry = total[27]
+        normalised = Mux(carry, Cat(total[0] | total[1], total[2:28]),
+                         (total[:27] << s4["left_amount"])[:27])
+        exponent = Mux(carry, s4["exponent"] + 1, s4["exponent"] - s4["left_amount"])[:9]
+        s5_significand = stage(m, en, normalised, name="s5_significand")
+        s5_exponent_field = stage(m, en, Mux(normalised[26], exponent, 0)[:9],
+                                  name="s5_exponent_field")
+        s5_is_zero = stage(m, en, s4["is_zero"], name="s5_is_zero")
+        s5 = {name: stage(m, en, s4[name], name=f"s5_{name}") for _, name in pass_through
               if name != "exponent"}
 
-        # Stage 5: round; only a carry out of exponent 254 overflows before rounding.
+        # Stage 6: round; only a carry out of exponent 254 overflows before rounding.
         magnitude = _round_to_nearest_even(
-            s4_exponent_field, s4_significand[3:27], guard=s4_significand[2],
-            sticky=s4_significand[:2].any())
-        magnitude = Mux(s4_exponent_field >= 0xFF, POSITIVE_INFINITY, magnitude)
-        sign = Mux(s4_is_zero, s4["zero_sign"], s4["sign"])
+            s5_exponent_field, s5_significand[3:27], guard=s5_significand[2],
+            sticky=s5_significand[:2].any())
+        magnitude = Mux(s5_exponent_field >= 0xFF, POSITIVE_INFINITY, magnitude)
+        sign = Mux(s5_is_zero, s5["zero_sign"], s5["sign"])
+        special_value = Mux(s5["is_nan"], CANONICAL_NAN,
+                            Cat(Const(POSITIVE_INFINITY, 31), s5["inf_sign"]))
         m.d.comb += self.result.eq(stage(
-            m, en, Mux(s4["special"], s4["special_value"], Cat(magnitude[:31], sign)),
-            name="s5_result"))
+            m, en, Mux(s5["special"], special_value, Cat(magnitude[:31], sign)),
+            name="s6_result"))
         return m
 
