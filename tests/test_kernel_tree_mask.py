@@ -123,6 +123,8 @@ def test_raw_bit_compare_is_caught(monkeypatch):
     """A selection that orders raw bit patterns (so -0.0 sorts above every positive score and
     differs from +0.0) must fail the signed-zero directed calls."""
     monkeypatch.setattr(tree_mask_module, "float32_order_key", lambda bits: bits.as_signed())
+    monkeypatch.setattr(tree_mask_module, "key_at_least",
+                        lambda key, bits: key >= bits.as_signed())
     calls = [c for c in directed_calls(40, 20, 8) if "+0.0/-0.0" in c.name]
     assert calls
     with pytest.raises(AssertionError, match="differs from the golden"):

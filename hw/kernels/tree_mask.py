@@ -13,7 +13,9 @@ one beat on ``seq_lens``; the kernel answers with ``n`` beats on ``tree`` and th
 rows on ``mask``, ``n = min(clamp(verify_num, 1, MAXV), cumu_count)``. Two stages (ingest +
 select, build + emit) work on different requests: a request costs ``cumu_count + 1`` clocks
 once the pipeline is full, as long as the build (about ``2n + 6`` clocks plus one per mask
-word beyond the first of a row) is not longer. The datapath (sorted insertion array of
+word beyond the first of a row, and one if no node of ``1 .. group - 1`` is selected, below)
+is not longer. Every register-to-register path is pipelined for the 300 MHz logic-depth rule
+(docs/timing.md) without a clock on the per-node path. The datapath (sorted insertion array of
 ``MAXV - 1`` slots, membership bitmap, ancestor-row build) is described in docs/decisions.md
 ("K4 verify-tree build").
 
@@ -32,7 +34,7 @@ writer expands a bit to a byte, a packed one stores ``ceil(n/8)`` bytes of each 
 
 from dataclasses import asdict, dataclass
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 
@@ -66,8 +68,106 @@ def lowest_set_bit(value: Value) -> tuple[Value, Value]:
     low, high = value[:low_width], value[low_width:]
     low_index, low_any = lowest_set_bit(low)
     high_index, high_any = lowest_set_bit(high)
-    index = Mux(low_any, low_index, low_width + high_index)[:index_bits(width)]
+    bits = (low_width - 1).bit_length()  # the high index plus low_width, without an adder
+    high_index = Cat(high_index, Const(0, bits))[:bits]
+    index = Mux(low_any, low_index, Cat(high_index, Const(1, 1)))[:index_bits(width)]
     return index, low_any | high_any
+
+
+def at_least_late(m: Module, value: Value, constants, name: str) -> dict:
+    """``{k: value >= k}`` for each constant ``k``, one clock late: the compares of
+    ``value``'s high and low halves with the halves of the constants are registered, and each
+    result is one LUT of them. (A thermometer of plain compares maps to a chain of LUTs.)"""
+    value = Value.cast(value)
+    half = (len(value) + 1) // 2
+    high, low = value[half:], value[:half]
+    parts, prefix = {}, name
+
+    def part(key, expression):
+        name = f"{prefix}_{key}"
+        if name not in parts:
+            parts[name] = Signal(name=name)
+            m.d.sync += parts[name].eq(expression)
+        return parts[name]
+    result = {}
+    for k in constants:
+        if k <= 0:
+            result[k] = Const(1, 1)
+        elif k >= 1 << len(value):
+            result[k] = Const(0, 1)
+        else:
+            k_high, k_low = k >> half, k & ((1 << half) - 1)
+            high_greater = part(f"high_gt_{k_high}", high > k_high)
+            high_equal = part(f"high_eq_{k_high}", high == k_high)
+            low_at_least = part(f"low_ge_{k_low}", low >= k_low)
+            result[k] = high_greater | (high_equal & low_at_least)
+    return result
+
+
+def at_least_two(value: Value) -> Value:
+    """Whether ``value`` has two or more bits set, as a balanced tree (no carry chain)."""
+    def count(bits):  # (any, two or more)
+        if len(bits) == 1:
+            return bits[0], Const(0, 1)
+        half = len(bits) // 2
+        (low_any, low_two), (high_any, high_two) = count(bits[:half]), count(bits[half:])
+        return low_any | high_any, low_two | high_two | (low_any & high_any)
+    return count(Value.cast(value))[1]
+
+
+def key_at_least(key: Value, bits: Value) -> Value:
+    """``key >= float32_order_key(bits)`` for a signed 32-bit order key, in one compare.
+
+    The order key of a negative float is ``-magnitude``, and ``key >= -m`` is ``m > ~key``:
+    so compare ``m`` with ``key`` or ``~key`` (the sign selects: a LUT in front of the carry
+    chain) instead of negating the magnitude in a chain of its own first.
+    """
+    bits = Value.cast(bits)
+    sign, magnitude = bits[31], bits[:31]
+    flipped = (Value.cast(key).as_unsigned() ^ sign.replicate(32)).as_signed()
+    greater = Cat(magnitude, Const(0, 1)).as_signed() > flipped
+    return greater ^ ~sign
+
+
+def lowest_one_hot(value: Value) -> Value:
+    """The lowest set bit of ``value`` alone (``value & -value``: one carry chain)."""
+    value = Value.cast(value)
+    return (value & -value)[:len(value)]
+
+
+def one_hot_index(one_hot: Value, width: int) -> Value:
+    """The index of the set bit of ``one_hot`` (``width`` bits; 0 when none), as OR trees."""
+    one_hot = Value.cast(one_hot)
+    return Cat(or_tree([Const(0, 1), *(one_hot[i] for i in range(len(one_hot)) if i >> b & 1)])
+               for b in range(width))
+
+
+def predecode(index: Value) -> Value:
+    """The one-hot decodes of the low and the high half of ``index``, side by side."""
+    index = Value.cast(index)
+    half = len(index) // 2
+    return Cat(*(index[:half] == i for i in range(1 << half)),
+               *(index[half:] == i for i in range(1 << (len(index) - half))))
+
+
+def one_hot(index: Value, width: int, predecoded: Value | None = None) -> Value:
+    """``1 << index`` in ``width`` bits as an AND of the two halves' decodes (``predecoded``:
+    ``predecode(index)``, if already at hand): the mapper otherwise shares a decode as chains
+    of small LUTs."""
+    index = Value.cast(index)
+    half = len(index) // 2
+    pre = predecode(index) if predecoded is None else predecoded
+    return Cat(pre[(1 << half) + (j >> half)] & pre[j & ((1 << half) - 1)]
+               for j in range(width))
+
+
+def or_tree(values) -> Value:
+    """The OR of ``values`` as a balanced tree (logarithmic depth)."""
+    values = [Value.cast(v) for v in values]
+    while len(values) > 1:
+        values = [values[i] | values[i + 1] if i + 1 < len(values) else values[i]
+                  for i in range(0, len(values), 2)]
+    return values[0]
 
 
 @dataclass(frozen=True)
@@ -203,10 +303,16 @@ class TreeMask(KernelComponent):
         m.submodules.node_mem = node_mem = Memory(shape=node_shape, depth=2 << node_bits, init=[])
         node_write = node_mem.write_port()
         node_read = node_mem.read_port()  # synchronous, enabled by the build pipeline
-        m.submodules.pos_of = pos_of = Memory(shape=unsigned(pos_bits), depth=maxn, init=[])
+        # pos_of also holds the position's predecode, so that C1 has the parent's one-hot
+        # position one AND behind the read.
+        pos_shape = data.StructLayout({"position": unsigned(pos_bits),
+                                       "predecoded": len(predecode(Const(0, pos_bits)))})
+        m.submodules.pos_of = pos_of = Memory(shape=pos_shape, depth=maxn, init=[])
         pos_write = pos_of.write_port()
         pos_read = pos_of.read_port(domain="comb")
-        row_shape = data.StructLayout({"row": unsigned(maxv), "depth": unsigned(pos_bits)})
+        # Rows shifted by up to mask_lanes - 1 columns (the serializer below).
+        row_shape = data.StructLayout({"row": unsigned(maxv + lanes - 1),
+                                       "depth": unsigned(pos_bits)})
         m.submodules.row_mem = row_mem = Memory(shape=row_shape, depth=maxv, init=[])
         row_write = row_mem.write_port()
         row_read = row_mem.read_port(domain="comb")
@@ -225,25 +331,38 @@ class TreeMask(KernelComponent):
         sibling_write, sibling_read = link_mems["next_sibling"]
 
         # --- call parameters (stage 1) ----------------------------------------------------
+        # The clamps are registered on the cmd beat; n and the slot decodes come from them the
+        # clock after (the root beat's, which neither inserts nor ends a request), so no chain
+        # of 32-bit compares ends in one register.
         command = self.cmd.payload
         verify_clamped = Mux(command.verify_num < 1, 1,
                              Mux(command.verify_num > maxv, maxv, command.verify_num))
         count_new = Mux(command.cumu_count == 0, 1,
                         Mux(command.cumu_count > maxn, maxn, command.cumu_count))
-        n_new = Mux(verify_clamped < count_new, verify_clamped, count_new)
+        call_verify = Signal(range(maxv + 1))  # verify_num clamped to 1..MAXV
         call_batch = Signal(batch_bits)
         call_count = Signal(range(maxn + 1))
+        call_last_node = Signal(range(maxn))  # cumu_count - 1
         call_n = Signal(range(maxv + 1))
+        call_last = Signal(range(maxv))  # n - 1
         call_mode = Signal(2)
-        last_slot = Signal(range(max(slots, 2)))  # n - 2: the slot an insertion evicts
-        has_slots = Signal()  # n >= 2
+        # The n - 1 slots in use are the last ones (slot_enabled[s]: s >= slots - (n - 1)),
+        # so an insertion always evicts the last slot, whatever n.
+        # (n >= maxv - s, from halves registered the clock after the cmd beat.)
+        verify_at_least = at_least_late(m, call_verify, range(2, maxv + 1), "verify")
+        count_at_least = at_least_late(m, call_count, range(2, maxv + 1), "count")
+        slot_enabled = Cat(verify_at_least[maxv - s] & count_at_least[maxv - s]
+                           for s in range(slots))
+        has_slots = slot_enabled[-1] if slots else Const(0, 1)  # n >= 2
+        n_now = Mux(call_verify < call_count, call_verify, call_count)
+        m.d.sync += [call_n.eq(n_now), call_last.eq(n_now - 1)]
 
         # --- stage 1: ingest + select -----------------------------------------------------
         s1_node = Signal(range(maxn + 1))  # node id of the next beat
         s1_request = Signal(batch_bits)
         s1_base = Signal(retrive_bits)  # b * n
         bank = Signal()  # node-memory bank written by stage 1
-        member = Signal(maxn, init=1)  # verify-set bitmap of the request being ingested
+        member = Signal(maxn, init=1)  # verify-set bitmap, one beat behind (pending below)
         slot_valid = [Signal(name=f"slot{s}_valid") for s in range(slots)]
         slot_key = [Signal(signed(32), name=f"slot{s}_key") for s in range(slots)]
         slot_id = [Signal(node_bits, name=f"slot{s}_id") for s in range(slots)]
@@ -258,15 +377,27 @@ class TreeMask(KernelComponent):
             node_write.en.eq(beat),
         ]
 
-        new_key = float32_order_key(self.nodes.payload.score)
+        score = self.nodes.payload.score
+        new_key = float32_order_key(score)
         new_id = s1_node[:node_bits]
         insert_beat = beat & (s1_node != 0)
+        # The membership update of a beat lands one clock later, from one-hot registers: the
+        # eviction comes out of a 32-bit compare, and a decode of the ids behind it would not
+        # fit the clock. ``member_final`` is the bitmap with the pending update applied.
+        pend_insert = Signal()
+        pend_evict = Signal()
+        pend_new = Signal(maxn)  # one-hot: the inserted node
+        pend_old = Signal(maxn)  # one-hot: the evicted node
+        member_final = (member | Mux(pend_insert, pend_new, 0)) & ~Mux(pend_evict, pend_old, 0)
+        m.d.sync += member.eq(member_final)
         if slots:
-            keeps = [slot_valid[s] & (slot_key[s] >= new_key) for s in range(slots)]
-            enabled = [last_slot >= s for s in range(slots)]
+            # A slot not in use keeps (so the first slot in use takes a newcomer that beats
+            # it, and the slots before it never change).
+            keeps = [~slot_enabled[s] | (slot_valid[s] & key_at_least(slot_key[s], score))
+                     for s in range(slots)]
             with m.If(insert_beat & has_slots):
                 for s in range(slots):
-                    with m.If(enabled[s] & ~keeps[s]):
+                    with m.If(~keeps[s]):
                         if s == 0:
                             takes_new = Const(1)
                         else:
@@ -278,13 +409,10 @@ class TreeMask(KernelComponent):
                             m.d.sync += [slot_valid[s].eq(slot_valid[s - 1]),
                                          slot_key[s].eq(slot_key[s - 1]),
                                          slot_id[s].eq(slot_id[s - 1])]
-            inserted = insert_beat & has_slots & ~Array(keeps)[last_slot]
-            evicted = inserted & Array(slot_valid)[last_slot]
-            evicted_id = Array(slot_id)[last_slot]
-            set_mask = Mux(inserted, Const(1, maxn) << new_id, 0)
-            clear_mask = Mux(evicted, Const(1, maxn) << evicted_id, 0)
-            with m.If(insert_beat):
-                m.d.sync += member.eq((member | set_mask) & ~clear_mask)
+            inserted = insert_beat & has_slots & ~keeps[-1]
+            m.d.sync += [pend_insert.eq(inserted), pend_evict.eq(inserted & slot_valid[-1]),
+                         pend_new.eq(Cat(new_id == j for j in range(maxn))),
+                         pend_old.eq(Cat(slot_id[-1] == j for j in range(maxn)))]
 
         # --- handshake between the stages -------------------------------------------------
         s1_hold = Signal()  # stage 1 has a finished request for stage 2
@@ -292,7 +420,8 @@ class TreeMask(KernelComponent):
         handoff = s1_hold & s2_idle
 
         def clear_selection():
-            return [member.eq(1), *[v.eq(0) for v in slot_valid]]
+            return [member.eq(1), pend_insert.eq(0), pend_evict.eq(0),
+                    *[v.eq(0) for v in slot_valid]]
 
         with m.FSM(name="ingest"):
             with m.State("IDLE"):
@@ -301,11 +430,10 @@ class TreeMask(KernelComponent):
                     m.d.sync += [
                         call_batch.eq(command.batch_size),
                         call_count.eq(count_new),
-                        call_n.eq(n_new),
+                        call_last_node.eq(count_new - 1),
+                        call_verify.eq(verify_clamped),
                         call_mode.eq(Mux(command.tree_mask_mode == 3, 2,
                                          command.tree_mask_mode)),
-                        last_slot.eq(Mux(n_new >= 2, n_new - 2, 0)),
-                        has_slots.eq(n_new >= 2),
                         s1_node.eq(0),
                         s1_request.eq(0),
                         s1_base.eq(0),
@@ -317,7 +445,7 @@ class TreeMask(KernelComponent):
                 m.d.comb += ingesting.eq(1)
                 with m.If(beat):
                     m.d.sync += s1_node.eq(s1_node + 1)
-                    with m.If(s1_node == call_count - 1):
+                    with m.If(s1_node == call_last_node):
                         m.next = "HOLD"
             with m.State("HOLD"):
                 m.d.comb += s1_hold.eq(1)
@@ -330,10 +458,10 @@ class TreeMask(KernelComponent):
                         m.next = "INGEST"
 
         # --- stage 2: build ---------------------------------------------------------------
-        s2_remaining = Signal(maxn)  # members not yet given a position
         s2_member = Signal(maxn)
         s2_bank = Signal()
         s2_n = Signal(range(maxv + 1))
+        s2_last = Signal(range(maxv))  # n - 1
         s2_mode = Signal(2)
         s2_base = Signal(retrive_bits)
         s2_seq = Signal(seq_len_width)
@@ -341,49 +469,119 @@ class TreeMask(KernelComponent):
         has_sibling = Signal(maxv)
         build_en = Signal()
 
-        # C0: enumerate the members in ascending node id.
-        c0_active = Signal()
+        # C0: the members in ascending node id, one a clock, from a two-level scan of the
+        # bitmap (groups of ``group`` ids): ``grp_left`` marks the groups not yet fetched,
+        # ``fetch_hot`` the next one (chosen a clock ahead), ``nxt`` holds its word, and the
+        # consumer takes the lowest id of ``cur`` (or of ``nxt`` once ``cur`` is spent). Each
+        # loop is a ``group``-bit pick, not a ``MAXN``-bit one. Position 0 is the root without
+        # a scan and group 0 goes to ``cur`` at the handoff; the feeder's first word arrives
+        # two clocks after it, a bubble only when group 0 holds no member but the root.
+        group_bits = ((maxn - 1).bit_length() + 1) // 2
+        group = 1 << group_bits
+        group_count = -(-maxn // group)
+        group_index_bits = index_bits(group_count)
+
+        def group_words(bitmap):  # non-root members, zero-padded to whole groups
+            bits = Cat(Const(0, 1), bitmap[1:], Const(0, group * group_count - maxn))
+            return [bits[i * group:(i + 1) * group] for i in range(group_count)]
+        words = group_words(s2_member)
+        grp_left = Signal(group_count)
+        fetch_hot = Signal(group_count)  # one-hot: the next group to fetch, chosen a clock ahead
+        fetch_valid = Signal()
+        nxt = Signal(group)
+        nxt_group = Signal(group_index_bits)
+        nxt_valid = Signal()
+        cur = Signal(group)
+        cur_group = Signal(group_index_bits)
+        cur_more = Signal()  # cur is not spent
+        c0_issue = Signal()  # position c0_position is to be issued
         c0_position = Signal(range(maxv + 1))
-        c0_node, _ = lowest_set_bit(s2_remaining)
-        c0_issue = c0_active & (c0_position != s2_n)
+        c0_node = Signal(node_bits)  # the member at position c0_position
+        c0_have = Signal()  # c0_node is loaded
+        pick_valid = cur_more | nxt_valid
+        advance = build_en & c0_issue & c0_have
+        load = (advance | ~c0_have) & pick_valid
+        fill = ~nxt_valid | (load & ~cur_more)
+
+        with m.If(fill):
+            m.d.sync += [nxt.eq(or_tree(Mux(fetch_hot[i], words[i], 0)
+                                        for i in range(group_count))),
+                         nxt_group.eq(one_hot_index(fetch_hot, group_index_bits)),
+                         nxt_valid.eq(fetch_valid)]
+        with m.If(~fetch_valid | fill):
+            fetch_low = lowest_one_hot(grp_left)
+            m.d.sync += [fetch_hot.eq(fetch_low), fetch_valid.eq(grp_left.any()),
+                         grp_left.eq(grp_left & ~fetch_low)]
+        pick = Mux(cur_more, cur, nxt)
+        pick_bit, _ = lowest_set_bit(pick)
+        pick_group = Mux(cur_more, cur_group, nxt_group)
+        with m.If(load):
+            m.d.sync += [c0_node.eq(Cat(pick_bit[:group_bits], pick_group)[:node_bits]),
+                         c0_have.eq(1), cur.eq(pick & (pick - 1)), cur_group.eq(pick_group),
+                         cur_more.eq(at_least_two(pick))]
+        with m.Elif(advance):
+            m.d.sync += c0_have.eq(0)
         m.d.comb += [
             node_read.addr.eq(Cat(c0_node, s2_bank)),
             node_read.en.eq(build_en),
             pos_write.addr.eq(c0_node),
-            pos_write.data.eq(c0_position),
-            pos_write.en.eq(build_en & c0_issue),
+            pos_write.data.position.eq(c0_position),
+            pos_write.data.predecoded.eq(predecode(c0_position[:pos_bits])),
+            pos_write.en.eq(advance),
         ]
         c1_valid = Signal()
         c1_position = Signal(range(maxv))
         c1_node = Signal(node_bits)
         with m.If(build_en):
-            m.d.sync += [c1_valid.eq(c0_issue), c1_position.eq(c0_position),
+            m.d.sync += [c1_valid.eq(advance), c1_position.eq(c0_position),
                          c1_node.eq(c0_node)]
-            with m.If(c0_issue):
-                # Clear the lowest set bit (c0_node's) without a decoder.
-                m.d.sync += [c0_position.eq(c0_position + 1),
-                             s2_remaining.eq(s2_remaining & (s2_remaining - 1))]
+        with m.If(advance):
+            m.d.sync += [c0_position.eq(c0_position + 1),
+                         c0_issue.eq(c0_position != s2_last)]
 
-        # C1: parent id -> parent position.
+        # C1: parent id -> parent position (the parent checks wait for C2: the ids come out
+        # of block RAM late).
         c1_prev = node_read.data.prev
         m.d.comb += pos_read.addr.eq(c1_prev)
-        parent_bad = (c1_prev >= c1_node) | ~s2_member.bit_select(c1_prev, 1)
         c2_valid = Signal()
         c2_position = Signal(range(maxv))
         c2_parent = Signal(pos_bits)
+        c2_parent_hot = Signal(maxv)
+        c2_is_root = Signal()
         c2_token = Signal(signed(token_width))
-        c2_invalid = Signal()
+        c2_prev_low = Signal(group_bits)
+        c2_prev_word = Signal(group)  # the parent's group of the membership bitmap
+        c2_prev_order = Signal()  # the parent's id is not below the node's
+        member_words = Cat(s2_member, Const(0, group * group_count - maxn))
         with m.If(build_en):
             m.d.sync += [c2_valid.eq(c1_valid), c2_position.eq(c1_position),
-                         c2_parent.eq(pos_read.data), c2_token.eq(node_read.data.token),
-                         c2_invalid.eq((c1_position != 0) & parent_bad)]
+                         c2_parent.eq(pos_read.data.position),
+                         c2_token.eq(node_read.data.token),
+                         c2_parent_hot.eq(one_hot(pos_read.data.position, maxv,
+                                                  pos_read.data.predecoded)),
+                         c2_is_root.eq(c1_position == 0),
+                         c2_prev_low.eq(c1_prev[:group_bits]),
+                         c2_prev_word.eq(member_words.word_select(c1_prev[group_bits:], group)),
+                         c2_prev_order.eq(c1_prev >= c1_node)]
 
-        # C2: depth, ancestor row, links.
-        is_root = c2_position == 0
-        own_bit = Const(1, maxv) << c2_position
-        row = Mux(is_root, 1, row_read.data.row | own_bit)[:maxv]
+        # C2: depth, ancestor row, links. Rows are kept shifted by ``s2_align`` columns (the
+        # FULL prefix's columns in the first word) with the prefix's ones below the root
+        # column, so a row's mask words are plain slices of it.
+        row_width = maxv + lanes - 1
+        align_bits = (lanes - 1).bit_length()
+        s2_align = Signal(align_bits)  # FULL: seq_len mod mask_lanes, else 0
+        s2_root_row = Signal(row_width)  # ones up to and including the root's column
+        own_bit = Signal(row_width)  # one-hot: the column of position c2_position
+        own_bit_load = Signal()
+        align_at_least = at_least_late(m, s2_align, range(lanes), "align")  # two clocks after SEQ
+        m.d.sync += s2_root_row.eq(Cat(align_at_least[j] for j in range(lanes)))
+        with m.If(own_bit_load):  # the clock after SEQ: no position is in C2 yet
+            m.d.sync += [own_bit.eq(Const(1, row_width) << s2_align), own_bit_load.eq(0)]
+        is_root = c2_is_root
+        c2_invalid = ~is_root & (c2_prev_order | ~c2_prev_word.bit_select(c2_prev_low, 1))
+        row = Mux(is_root, s2_root_row, row_read.data.row | own_bit)
         depth = Mux(is_root, 0, row_read.data.depth + 1)[:pos_bits]
-        parent_has_child = has_child.bit_select(c2_parent, 1)
+        parent_has_child = (has_child & c2_parent_hot).any()
         c2_fire = build_en & c2_valid
         link_fire = c2_fire & ~is_root
         m.d.comb += [
@@ -408,32 +606,32 @@ class TreeMask(KernelComponent):
             sibling_write.data.eq(c2_position),
             sibling_write.en.eq(link_fire & parent_has_child),
         ]
+        with m.If(c2_fire):
+            m.d.sync += own_bit.eq(own_bit << 1)
         with m.If(link_fire):
             with m.If(parent_has_child):
-                m.d.sync += has_sibling.eq(has_sibling | (Const(1, maxv) << last_read.data))
+                m.d.sync += has_sibling.eq(has_sibling | one_hot(last_read.data, maxv))
             with m.Else():
-                m.d.sync += has_child.eq(has_child | (Const(1, maxv) << c2_parent))
+                m.d.sync += has_child.eq(has_child | c2_parent_hot)
 
         # Mask-row serializer: a row in, its words out; the build pipeline waits for it.
+        # Whether the next word is a prefix word or its row's last is kept a clock ahead.
         m.submodules.mask_slice = mask_slice = RegisterSlice(params.mask_layout)
         wiring.connect(m, mask_slice.o, wiring.flipped(self.mask))
         offset_shape = signed(max(seq_len_width, (maxv + lanes).bit_length()) + 2)
         ser_busy = Signal()
-        ser_row = Signal(maxv)
+        ser_window = Signal(row_width)  # the row's words not yet sent, from bit 0
         ser_offset = Signal(offset_shape)  # row column of the word's bit 0, minus the prefix
         ser_n = Signal(range(maxv + 1))
         ser_first = Signal()  # the word is the request's first
         ser_last_row = Signal()
-        extended = Cat(Const(0, lanes), ser_row, Const(0, lanes))
-        select_bits = (len(extended) - 1).bit_length()
-        in_prefix = ser_offset <= -lanes
-        partial_prefix = ser_offset < 0
-        ones_count = (-ser_offset)[:(lanes - 1).bit_length() + 1]
-        prefix_ones = ~(Const((1 << lanes) - 1, lanes) << ones_count)[:lanes]
-        tree_bits = extended.bit_select((ser_offset + lanes)[:select_bits], lanes)
-        word = Mux(in_prefix, Const((1 << lanes) - 1, lanes),
-                   tree_bits | Mux(partial_prefix, prefix_ones, 0))
-        last_word = ser_offset + lanes >= ser_n
+        ser_prefix = Signal()  # the word is all prefix
+        last_word = Signal()  # the word is its row's last
+        s2_offset = Signal(offset_shape)  # -prefix: a row's first ser_offset
+        s2_prefix = Signal()  # a row's first word is all prefix
+        s2_one_word = Signal()  # a row's first word is its last
+        m.d.sync += [s2_prefix.eq(s2_offset <= -lanes), s2_one_word.eq(s2_offset + lanes >= s2_n)]
+        word = Mux(ser_prefix, Const((1 << lanes) - 1, lanes), ser_window[:lanes])
         m.d.comb += [
             mask_slice.i.valid.eq(ser_busy),
             mask_slice.i.payload.bits.eq(word),
@@ -445,20 +643,25 @@ class TreeMask(KernelComponent):
         ser_free = ~ser_busy | (word_taken & last_word)
         m.d.comb += build_en.eq(~c2_valid | ser_free)
         with m.If(word_taken):
-            m.d.sync += [ser_offset.eq(ser_offset + lanes), ser_first.eq(0)]
+            m.d.sync += [ser_offset.eq(ser_offset + lanes), ser_first.eq(0),
+                         ser_prefix.eq(ser_offset + 2 * lanes <= 0),
+                         last_word.eq(ser_offset + 2 * lanes >= ser_n)]
+            with m.If(~ser_prefix):
+                m.d.sync += ser_window.eq(ser_window >> lanes)
             with m.If(last_word):
                 m.d.sync += ser_busy.eq(0)
         with m.If(c2_fire):
-            prefix = Mux(s2_mode == TreeMaskMode.FULL_MASK, s2_seq, 0)
-            m.d.sync += [ser_busy.eq(1), ser_row.eq(row), ser_offset.eq(-prefix),
+            m.d.sync += [ser_busy.eq(1), ser_window.eq(row), ser_offset.eq(s2_offset),
+                         ser_prefix.eq(s2_prefix), last_word.eq(s2_one_word),
                          ser_n.eq(s2_n), ser_first.eq(is_root),
-                         ser_last_row.eq(c2_position == s2_n - 1)]
+                         ser_last_row.eq(c2_position == s2_last)]
 
         # Tree records, in position order once the build is done.
         m.submodules.tree_slice = tree_slice = RegisterSlice(params.tree_layout)
         wiring.connect(m, tree_slice.o, wiring.flipped(self.tree))
         emitting = Signal()
         emit_position = Signal(range(maxv + 1))
+        emit_index = Signal(retrive_bits)  # s2_base + emit_position
         m.d.comb += [
             rec_read.addr.eq(emit_position),
             first_read.addr.eq(emit_position),
@@ -467,40 +670,52 @@ class TreeMask(KernelComponent):
         record = tree_slice.i.payload
         m.d.comb += [
             tree_slice.i.valid.eq(emitting),
-            record.retrive_index.eq(s2_base + emit_position),
-            record.next_token.eq(Mux(has_child.bit_select(emit_position, 1),
-                                     first_read.data, -1)),
-            record.next_sibling.eq(Mux(has_sibling.bit_select(emit_position, 1),
-                                       sibling_read.data, -1)),
+            record.retrive_index.eq(emit_index),
+            record.next_token.eq(Mux(has_child[0], first_read.data, -1)),
+            record.next_sibling.eq(Mux(has_sibling[0], sibling_read.data, -1)),
             record.position.eq(s2_seq + rec_read.data.depth),
             record.draft_token.eq(rec_read.data.token),
             record.invalid.eq(rec_read.data.invalid),
             record.first.eq(emit_position == 0),
-            record.last.eq(emit_position == s2_n - 1),
+            record.last.eq(emit_position == s2_last),
         ]
 
         with m.FSM(name="build"):
             with m.State("IDLE"):
                 m.d.comb += s2_idle.eq(1)
                 with m.If(handoff):
-                    m.d.sync += [s2_remaining.eq(member), s2_member.eq(member),
-                                 s2_bank.eq(bank), s2_n.eq(call_n), s2_mode.eq(call_mode),
+                    m.d.sync += [s2_member.eq(member_final), s2_bank.eq(bank), s2_n.eq(call_n),
+                                 s2_last.eq(call_last), s2_mode.eq(call_mode),
                                  s2_base.eq(s1_base), has_child.eq(0), has_sibling.eq(0),
-                                 c0_position.eq(0)]
+                                 # group 0 goes straight to cur; the feeder takes the rest
+                                 grp_left.eq(Cat(0, *(word.any() for word
+                                                      in group_words(member_final)[1:]))),
+                                 cur.eq(group_words(member_final)[0]), cur_group.eq(0),
+                                 cur_more.eq(group_words(member_final)[0].any()),
+                                 fetch_valid.eq(0), nxt_valid.eq(0), c0_node.eq(0),
+                                 c0_have.eq(1), c0_position.eq(0)]
                     m.next = "SEQ"
             with m.State("SEQ"):
                 m.d.comb += self.seq_lens.ready.eq(1)
                 with m.If(self.seq_lens.valid):
-                    m.d.sync += [s2_seq.eq(self.seq_lens.payload.seq_len), c0_active.eq(1)]
+                    seq_len = self.seq_lens.payload.seq_len
+                    full = s2_mode == TreeMaskMode.FULL_MASK
+                    m.d.sync += [s2_seq.eq(seq_len), c0_issue.eq(1),
+                                 s2_offset.eq(-Mux(full, seq_len, 0)),
+                                 s2_align.eq(Mux(full, seq_len[:align_bits], 0)),
+                                 own_bit_load.eq(1)]
                     m.next = "BUILD"
             with m.State("BUILD"):
-                with m.If(c2_fire & (c2_position == s2_n - 1)):
-                    m.d.sync += [c0_active.eq(0), emitting.eq(1), emit_position.eq(0)]
+                with m.If(c2_fire & (c2_position == s2_last)):
+                    m.d.sync += [emitting.eq(1), emit_position.eq(0), emit_index.eq(s2_base)]
                     m.next = "EMIT"
             with m.State("EMIT"):
                 with m.If(tree_slice.i.ready):
-                    m.d.sync += emit_position.eq(emit_position + 1)
-                    with m.If(emit_position == s2_n - 1):
+                    # has_child/has_sibling shift so that bit 0 is the emitted position's.
+                    m.d.sync += [emit_position.eq(emit_position + 1),
+                                 emit_index.eq(emit_index + 1),
+                                 has_child.eq(has_child >> 1), has_sibling.eq(has_sibling >> 1)]
+                    with m.If(emit_position == s2_last):
                         m.d.sync += emitting.eq(0)
                         m.next = "IDLE"
         return m
