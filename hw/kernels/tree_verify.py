@@ -55,6 +55,11 @@ _GREEDY = Const(int(np.array(GREEDY_TEMPERATURE, np.float32).view(np.uint32)), 3
 _MIN_THRESHOLD_ACC = Const(int(np.array(1e-9, np.float32).view(np.uint32)), 32)
 _COARSE_BITS = 35  # the coarse threshold is peak - 2**(L + 35)
 _TERM_UP = 17  # e / 2**-48 = E * 2**(17 - k)
+#: The 24-bit x SUM_BITS products (top-p's needed mass, the draw's u) run as partial products of
+#: MUL_PIECE bits of the wide operand, one DSP slice a clock (unsigned 17 bits fit its 18-bit
+#: port), accumulated a clock later, top piece first: MULTIPLY takes MUL_PIECES + 1 clocks.
+MUL_PIECE = 17
+MUL_PIECES = -(-SUM_BITS // MUL_PIECE)
 
 
 class TreeVerify(KernelComponent):
@@ -115,6 +120,25 @@ class TreeVerify(KernelComponent):
         top_p_on = Signal()
         threshold_acc = Signal(32)
 
+        # Per-request constants, free-running registers a few clocks behind ``req``: ROW, their
+        # first use, comes at least 7 clocks after IDLE (n >= 2 tree beats, FINAL_COIN, ROOT,
+        # ROOT_DATA), and none of them has to be decided in the clock of the command.
+        # chunk_log2 = ceil(log2(ceil(row_words / ports))): per_port - 1 < 2**chunk_log2.
+        per_port_m1 = Signal(range(p.max_row_words + 1))
+        m.d.sync += per_port_m1.eq((row_words - 1) >> (p.read_ports.bit_length() - 1))
+        for value in reversed(range(p.bank_words.bit_length())):
+            with m.If((per_port_m1 >> value) == 0):
+                m.d.sync += chunk_log2.eq(value)
+        with m.If((per_port_m1 >> (p.bank_words.bit_length() - 1)) != 0):
+            m.d.sync += chunk_log2.eq(0)
+        chunk_mask = Signal(range(max(p.bank_words, 2)))  # chunk - 1
+        m.d.sync += [chunk.eq(Const(1, chunk.shape()) << chunk_log2),
+                     chunk_mask.eq((Const(1, chunk.shape()) << chunk_log2) - 1)]
+        last_node = Signal.like(req.nodes)
+        m.d.sync += last_node.eq(req.nodes - 1)
+        divide_on = Signal()  # prob_acc / threshold_acc needs the divider
+        m.d.sync += divide_on.eq(threshold_acc != _ONE)
+
         # --- node memory ---------------------------------------------------------------------
         link = signed(p.node_bits + 2)
         node_layout = data.StructLayout({
@@ -153,6 +177,17 @@ class TreeVerify(KernelComponent):
         key_filter = Signal(KEY_BITS)
         z_limit = Signal(signed(KEY_BITS + 1))  # key >= key_filter is z <= z_limit
         m.d.sync += z_limit.eq(KEY_TOP - key_filter)
+        # peak_aligned in three registered steps behind ``peak`` (set in LOADING; first read
+        # in PASS_ALL, after LOADED and the Float32Add.latency + 1 clocks of CONSTANTS).
+        peak_fields = float32_fields(peak)
+        align_shift = Signal(signed(12))
+        peak_magnitude = Signal(ALIGN_BITS)
+        m.d.sync += [
+            align_shift.eq(peak_fields.exponent_eff - 150 - grid),
+            peak_magnitude.eq(align_magnitude(peak_fields.mantissa, align_shift)),
+            peak_aligned.eq(Mux(peak_fields.is_inf, 0,
+                                Mux(peak_fields.sign, -peak_magnitude, peak_magnitude))),
+        ]
         m.d.comb += [
             row_pass.chunk.eq(chunk), row_pass.first_word.eq(0), row_pass.words.eq(chunk),
             row_pass.full_words.eq(req.vocab_size >> (p.port_logits.bit_length() - 1)),
@@ -167,15 +202,17 @@ class TreeVerify(KernelComponent):
         for port, loader in enumerate(loaders):
             m.d.comb += row_pass.bank_data[port].eq(loader.read_data)
 
-        # A token's place in the banks: bank word, bank, lane of the bank's word.
+        # A token's place in the banks: bank word, bank, lane of the bank's word. Bank word and
+        # bank are registers set with ``token`` (not a variable shift behind it: set_token).
         token = Signal(p.token_width)
         lane_bits = p.port_logits.bit_length() - 1
-        token_word = Signal(range(p.max_row_words + p.bank_words))
-        m.d.comb += token_word.eq(token >> lane_bits)
         token_bank_word = Signal(range(max(p.bank_words, 2)))
-        m.d.comb += token_bank_word.eq(token_word & (chunk - 1))
         token_bank = Signal(range(max(p.read_ports, 2)))
-        m.d.comb += token_bank.eq(token_word >> chunk_log2)
+
+        def set_token(value):
+            word = value >> lane_bits
+            return [token.eq(value), token_bank_word.eq(word & chunk_mask),
+                    token_bank.eq(word >> chunk_log2)]
         token_lane_index = Signal(range(max(p.port_logits, 2)))
         m.d.comb += token_lane_index.eq(token[:max(lane_bits, 1)])
         reading_token = Signal()
@@ -224,13 +261,24 @@ class TreeVerify(KernelComponent):
         wait = Signal(range(64))
         bit = Signal(range(KEY_BITS + 1))
         search = Signal(KEY_BITS)
+        search_bit = Signal(KEY_BITS)  # 1 << (bit - 1), shifted along with ``bit``
         topk_filter = Signal(KEY_BITS)
         needed = Signal(SUM_BITS)
         searching_p = Signal()
         product = Signal(24 + SUM_BITS)
         shift = Signal(range(256))
-        target = Signal(SUM_BITS + 1)  # the draw's threshold (u)
-        cumulative = Signal(SUM_BITS + 1)
+        # The shared multiply: product = mul_a * mul_b, then scaled = product >> shift and
+        # below = the bits it drops (MULTIPLY, SCALE).
+        mul_a = Signal(24)
+        mul_b = Signal(MUL_PIECES * MUL_PIECE)
+        partial = Signal(24 + MUL_PIECE)
+        mul_count = Signal(range(MUL_PIECES + 1))
+        mul_draw = Signal()  # the multiply is the draw's (else top-p's)
+        scaled = Signal(24 + SUM_BITS)
+        below = Signal(24 + SUM_BITS)
+        round_up = Signal()
+        limit = Signal(SUM_BITS)  # residual - 1
+        remaining = Signal(SUM_BITS + 1)  # the draw's u less the prefix passed so far
         pick_bank = Signal(range(max(p.read_ports, 2)))
         pick_word = Signal(range(max(p.bank_words, 2)))
         draw_word = Signal(range(max(p.bank_words, 2)))
@@ -253,8 +301,16 @@ class TreeVerify(KernelComponent):
 
         # Float plumbing of a decision.
         coin_fields = float32_fields(final_coin)
+        # CONSTANTS uses the adder for the threshold: peak - margin, margin =
+        # 2**(L + 35) (infinite above 2**127), a register of the request's grid.
+        constants_phase = Signal()
+        margin = Signal(32)
+        margin_exponent = grid + _COARSE_BITS + 127
+        m.d.sync += margin.eq(Mux(margin_exponent >= 255, 0x7F80_0000,
+                                  margin_exponent[:8] << 23))
         m.d.comb += [
-            add.a.eq(prob_acc), add.b.eq(q),  # CONSTANTS uses the adder for the threshold
+            add.a.eq(Mux(constants_phase, peak, prob_acc)),
+            add.b.eq(Mux(constants_phase, margin, q)), add.subtract.eq(constants_phase),
             divide.a.eq(add.result), divide.b.eq(threshold_acc),
             temperature.request.payload.eq(req.temperature),
             ratio.request.payload.numerator.eq(mantissa),
@@ -262,27 +318,44 @@ class TreeVerify(KernelComponent):
             ratio.request.payload.scale.eq(_TERM_UP - exponent_shift),
         ]
         sum_ratio = Signal(32)  # prob_acc / threshold_acc (no division by 1.0)
-        m.d.comb += sum_ratio.eq(Mux(threshold_acc == _ONE, add.result, divide.result))
+        m.d.comb += sum_ratio.eq(Mux(divide_on, divide.result, add.result))
+        # Registered a clock before ADD_WAIT ends (the sum is there then: see ADD_WAIT).
         accept = Signal()
-        m.d.comb += accept.eq(
+        m.d.sync += accept.eq(
             float32_less(coin, sum_ratio) | float32_equal(coin, sum_ratio)
             | ~float32_less(q, req.threshold_single) & ~float32_fields(q).is_nan
             & ~float32_fields(req.threshold_single).is_nan)
 
-        # Row ``row``'s chunks, port p from word p * chunk (read with the loaders' start).
-        row_start = Signal(p.address_width)
-        m.d.sync += row_start.eq(req.row_address + row * req.row_pitch)
+        # Row ``row``'s chunks, port p from word p * chunk (read with the loaders' start). All
+        # registers: the per-request ones settle before ROW (see chunk_log2); the row's offset
+        # and addresses follow ``row`` two clocks later, and ROW comes at least two clocks
+        # after ``row`` changes (ACCEPT -> ACCEPT_NODE -> ACCEPT_DATA -> ROW).
+        row_offset = Signal(p.address_width)
+        m.d.sync += row_offset.eq(row * req.row_pitch)
         for port, loader in enumerate(loaders):
             first_word = Signal(range(p.read_ports * p.bank_words + 1), name=f"first_word{port}")
-            m.d.comb += first_word.eq(Const(port) << chunk_log2)
-            remaining = row_words - first_word
+            port_base = Signal(p.address_width, name=f"port_base{port}")
+            address = Signal(p.address_width, name=f"row_address{port}")
+            words = Signal.like(loader.words, name=f"port_words{port}")
+            rest = row_words - first_word
+            m.d.sync += [
+                first_word.eq(Const(port) << chunk_log2),
+                port_base.eq(req.row_address + first_word * p.port_bytes),
+                address.eq(port_base + row_offset),
+                words.eq(Mux(row_words <= first_word, 0, Mux(rest > chunk, chunk, rest))),
+            ]
             m.d.comb += [
-                loader.address.eq(row_start + first_word * p.port_bytes),
-                loader.words.eq(Mux(row_words <= first_word, 0,
-                                    Mux(remaining > chunk, chunk, remaining))),
+                loader.address.eq(address), loader.words.eq(words),
                 loader.first_token.eq(first_word << lane_bits),
                 loader.vocab.eq(req.vocab_size),
             ]
+
+        def start_multiply(a, b, exponent_eff):
+            """product = a * b over MULTIPLY, then scaled = a * b * 2**(exponent_eff - 150)
+            rounded down (exponents of 150 and more: not shifted)."""
+            return [mul_a.eq(a), mul_b.eq(b), partial.eq(0), product.eq(0),
+                    mul_count.eq(MUL_PIECES),
+                    shift.eq(Mux(exponent_eff >= 150, 0, 150 - exponent_eff))]
 
         # The tree beat of the clock before (its coin is the LFSR's after the beat's advance).
         w_valid = Signal()
@@ -295,15 +368,9 @@ class TreeVerify(KernelComponent):
                 with m.If(cmd.valid):
                     payload = cmd.payload
                     words = (payload.vocab_size + p.port_logits - 1) >> lane_bits
-                    per_port = (words + p.read_ports - 1) >> (p.read_ports.bit_length() - 1)
-                    log2 = Signal.like(chunk_log2)
-                    for value in reversed(range(p.bank_words.bit_length())):
-                        with m.If(per_port <= (1 << value)):
-                            m.d.comb += log2.eq(value)
                     top_p_fields = float32_fields(payload.top_p)
                     m.d.sync += [
-                        req.eq(payload), row_words.eq(words), chunk_log2.eq(log2),
-                        chunk.eq(Const(1, chunk.shape()) << log2),
+                        req.eq(payload), row_words.eq(words),
                         greedy.eq(float32_less(payload.temperature, _GREEDY)),
                         top_k_on.eq((payload.top_k > 0) & (payload.top_k < payload.vocab_size)),
                         top_p_on.eq(top_p_fields.sign | (top_p_fields.magnitude < _ONE)),
@@ -354,7 +421,7 @@ class TreeVerify(KernelComponent):
 
             # --- a row: load, constants, passes ----------------------------------------------
             with m.State("ROW"):
-                # (row_start follows `row` one clock later: ROW is entered a clock after.)
+                # (The loaders' addresses follow `row` two clocks later: see row_offset.)
                 for loader in loaders:
                     m.d.comb += loader.start.eq(1)
                 m.d.sync += [wait.eq(0), rows.eq(rows + 1)]
@@ -370,20 +437,15 @@ class TreeVerify(KernelComponent):
                 with m.If(greedy):
                     m.next = "STEP"
                 with m.Else():
-                    m.d.sync += wait.eq(Float32Add.latency)
+                    m.d.sync += [wait.eq(Float32Add.latency), constants_phase.eq(1)]
                     m.next = "CONSTANTS"
             with m.State("CONSTANTS"):
-                # threshold = fl32(peak - 2**(L + 35)) (an infinite margin above 2**127).
-                exponent = grid + _COARSE_BITS + 127
-                margin = Mux(exponent >= 255, 0x7F80_0000, (exponent[:8] << 23))
-                m.d.comb += [add.a.eq(peak), add.b.eq(margin), add.subtract.eq(1)]
-                fields = float32_fields(peak)
-                aligned = align_magnitude(fields.mantissa, fields.exponent_eff - 150 - grid)
-                m.d.sync += [peak_aligned.eq(Mux(fields.is_inf, 0,
-                                                 Mux(fields.sign, -aligned, aligned))),
-                             wait.eq(wait - 1)]
+                # threshold = fl32(peak - 2**(L + 35)) (an infinite margin above 2**127);
+                # peak_aligned settles meanwhile (below).
+                m.d.sync += wait.eq(wait - 1)
                 with m.If(wait == 0):
-                    m.d.sync += [threshold.eq(add.result), key_filter.eq(0)]
+                    m.d.sync += [threshold.eq(add.result), key_filter.eq(0),
+                                 constants_phase.eq(0)]
                     m.next = "PASS_ALL"
             with m.State("PASS_ALL"):
                 m.d.comb += [row_pass.clear_removed.eq(1), row_pass.start.eq(1)]
@@ -391,8 +453,8 @@ class TreeVerify(KernelComponent):
             with m.State("PASS_ALL_WAIT"):
                 m.d.comb += row_pass.clear_removed.eq(1)
                 with m.If(row_pass.done):
-                    m.d.sync += [bit.eq(KEY_BITS), search.eq(0), topk_filter.eq(0),
-                                 searching_p.eq(0)]
+                    m.d.sync += [bit.eq(KEY_BITS), search_bit.eq(1 << (KEY_BITS - 1)), search.eq(0),
+                                 topk_filter.eq(0), searching_p.eq(0)]
                     with m.If(top_k_on):
                         m.next = "SEARCH"
                     with m.Elif(top_p_on):
@@ -402,7 +464,6 @@ class TreeVerify(KernelComponent):
             with m.State("SEARCH"):
                 # One pass per key bit, from the top: keep the bit when the pass with it set
                 # still counts k tokens (top-k) or the needed mass (top-p).
-                search_bit = Const(1, KEY_BITS) << (bit - 1)[:6]
                 candidate = search | search_bit
                 m.d.sync += key_filter.eq(Mux(searching_p & (candidate < topk_filter),
                                               topk_filter, candidate))
@@ -424,8 +485,8 @@ class TreeVerify(KernelComponent):
                     good = Mux(searching_p, row_pass.total >= needed,
                                row_pass.count >= req.top_k.as_unsigned())
                     with m.If(good):
-                        m.d.sync += search.eq(search | (Const(1, KEY_BITS) << (bit - 1)[:6]))
-                    m.d.sync += bit.eq(bit - 1)
+                        m.d.sync += search.eq(search | search_bit)
+                    m.d.sync += [bit.eq(bit - 1), search_bit.eq(search_bit >> 1)]
                     m.next = "SEARCH"
             with m.State("TOPK_PASS"):
                 m.d.comb += row_pass.start.eq(1)
@@ -437,18 +498,35 @@ class TreeVerify(KernelComponent):
                     with m.Else():
                         m.next = "KEPT"
             with m.State("TOP_P"):
-                # needed = max(ceil(top_p * kept total), 1): the product, then the shift.
+                # needed = max(ceil(top_p * kept total), 1): the product, the shift (SCALE),
+                # then floor + 1 unless exact and nonzero (TOP_P_ROUND, TOP_P_CEIL).
                 top_p = float32_fields(req.top_p)
-                m.d.sync += [product.eq(Mux(top_p.sign, 0, top_p.mantissa) * row_pass.total),
-                             shift.eq(150 - top_p.exponent_eff)]
-                m.next = "TOP_P_SHIFT"
-            with m.State("TOP_P_SHIFT"):
-                floor = product >> shift
-                exact = (floor << shift) == product
-                value = floor + ~exact
-                m.d.sync += [needed.eq(Mux(value == 0, 1, value)), bit.eq(KEY_BITS),
-                             search.eq(0), searching_p.eq(1)]
+                m.d.sync += [*start_multiply(Mux(top_p.sign, 0, top_p.mantissa), row_pass.total,
+                                             top_p.exponent_eff), mul_draw.eq(0)]
+                m.next = "MULTIPLY"
+            with m.State("TOP_P_ROUND"):
+                m.d.sync += round_up.eq((below != 0) | (scaled == 0))
+                m.next = "TOP_P_CEIL"
+            with m.State("TOP_P_CEIL"):
+                m.d.sync += [needed.eq(scaled[:SUM_BITS] + round_up), bit.eq(KEY_BITS),
+                             search_bit.eq(1 << (KEY_BITS - 1)), search.eq(0),
+                             searching_p.eq(1)]
                 m.next = "SEARCH"
+
+            # --- product = mul_a * mul_b, top piece first (see MUL_PIECE) ------------------
+            with m.State("MULTIPLY"):
+                m.d.sync += [partial.eq(mul_a * mul_b[-MUL_PIECE:]), mul_b.eq(mul_b << MUL_PIECE),
+                             product.eq((product << MUL_PIECE) + partial),
+                             mul_count.eq(mul_count - 1)]
+                with m.If(mul_count == 0):
+                    m.next = "SCALE"
+            with m.State("SCALE"):
+                m.d.sync += [scaled.eq(product >> shift),
+                             below.eq(product & Cat(shift > i for i in range(len(product))))]
+                with m.If(mul_draw):
+                    m.next = "DRAW"
+                with m.Else():
+                    m.next = "TOP_P_ROUND"
             with m.State("FINAL_PASS"):
                 m.d.comb += row_pass.start.eq(1)
                 m.next = "FINAL_WAIT"
@@ -478,7 +556,7 @@ class TreeVerify(KernelComponent):
                 with m.Else():
                     m.next = "NODE_DATA"
             with m.State("NODE_DATA"):
-                m.d.sync += [token.eq(node.candidate), candidate_index.eq(node.index),
+                m.d.sync += [*set_token(node.candidate), candidate_index.eq(node.index),
                              sibling.eq(node.sibling)]
                 with m.If(greedy):
                     m.next = "GREEDY"
@@ -522,8 +600,10 @@ class TreeVerify(KernelComponent):
                     m.d.sync += q.eq(ratio.response.payload)
                     m.next = "ADD"
             with m.State("ADD"):
-                m.d.sync += wait.eq(Mux(threshold_acc == _ONE, Float32Add.latency,
-                                        Float32Add.latency + divide.latency))
+                # The adder's (and divider's) inputs hold from here: its result is there the
+                # clock wait reaches 1, where ``accept`` is registered; read at 0.
+                m.d.sync += wait.eq(Mux(divide_on, Float32Add.latency + divide.latency,
+                                        Float32Add.latency))
                 m.next = "ADD_WAIT"
             with m.State("ADD_WAIT"):
                 m.d.sync += wait.eq(wait - 1)
@@ -565,20 +645,19 @@ class TreeVerify(KernelComponent):
 
             # --- the bonus token -------------------------------------------------------------
             with m.State("FINAL"):
-                m.d.sync += bonus.eq(argmax)
+                m.d.sync += [bonus.eq(argmax), limit.eq(residual - 1)]
                 with m.If(greedy | error):
                     m.next = "EMIT"
                 with m.Else():
-                    m.d.sync += [product.eq(coin_fields.mantissa * residual),
-                                 shift.eq(150 - coin_fields.exponent_eff)]
-                    m.next = "DRAW"
+                    m.d.sync += [*start_multiply(coin_fields.mantissa, residual,
+                                                 coin_fields.exponent_eff), mul_draw.eq(1)]
+                    m.next = "MULTIPLY"
             with m.State("DRAW"):
-                # u = coin * residual on the integer grid; past the end: the last positive
-                # term (the first prefix reaching the residual); a negative coin: token 0.
-                u = Mux(coin_fields.exponent_eff >= 150, product, product >> shift)
-                limit = residual - 1
-                m.d.sync += [target.eq(Mux(u > limit, limit, u)), cumulative.eq(0),
-                             pick_bank.eq(0)]
+                # u = coin * residual on the integer grid (scaled); past the end: the last
+                # positive term (the first prefix reaching the residual); a negative coin:
+                # token 0. The scan keeps u - prefix (remaining): a term t passes u when
+                # prefix + t > u, i.e. t > remaining.
+                m.d.sync += [remaining.eq(Mux(scaled > limit, limit, scaled)), pick_bank.eq(0)]
                 with m.If(residual == 0):
                     m.d.sync += bonus.eq(req.vocab_size - 1)
                     m.next = "EMIT"
@@ -589,11 +668,11 @@ class TreeVerify(KernelComponent):
                     m.next = "DRAW_BANK"
             with m.State("DRAW_BANK"):
                 share = bank_residual[pick_bank]
-                with m.If(cumulative + share > target):
+                with m.If(share > remaining):
                     m.d.sync += [draw_block.eq(0), scan_valid.eq(0)]
                     m.next = "DRAW_BLOCKS"
                 with m.Else():
-                    m.d.sync += [cumulative.eq(cumulative + share), pick_bank.eq(pick_bank + 1)]
+                    m.d.sync += [remaining.eq(remaining - share), pick_bank.eq(pick_bank + 1)]
             with m.State("DRAW_BLOCKS"):
                 # The bank's block sums, one address a clock; the data a clock later.
                 m.d.comb += drawing_blocks.eq(1)
@@ -601,11 +680,11 @@ class TreeVerify(KernelComponent):
                              scan_block.eq(draw_block)]
                 share = row_pass.block_data[pick_bank]
                 with m.If(scan_valid):
-                    with m.If(cumulative + share > target):
+                    with m.If(share > remaining):
                         m.d.sync += draw_block.eq(scan_block)
                         m.next = "DRAW_PASS"
                     with m.Else():
-                        m.d.sync += cumulative.eq(cumulative + share)
+                        m.d.sync += remaining.eq(remaining - share)
             with m.State("DRAW_PASS"):
                 # The block's words through the lanes, removed tokens left out.
                 first_word = draw_block << block_bits
@@ -621,16 +700,17 @@ class TreeVerify(KernelComponent):
                              row_pass.words.eq(Mux(chunk < p.block_words, chunk,
                                                    p.block_words))]
                 with m.If(row_pass.word_valid & ~found):
-                    with m.If(cumulative + row_pass.word_sum > target):
+                    with m.If(row_pass.word_sum > remaining):
                         m.d.sync += [found.eq(1), pick_word.eq(draw_word)]
                     with m.Else():
-                        m.d.sync += cumulative.eq(cumulative + row_pass.word_sum)
+                        m.d.sync += remaining.eq(remaining - row_pass.word_sum)
                 with m.If(row_pass.word_valid):
                     m.d.sync += draw_word.eq(draw_word + 1)
                 with m.If(row_pass.done):
                     first = ((pick_bank << chunk_log2) | pick_word) << lane_bits
-                    m.d.sync += [lane_in.eq(0), lane_out.eq(0), found.eq(0),
-                                 token.eq(first), draw_base.eq(first)]
+                    m.d.sync += [lane_in.eq(0), lane_out.eq(0), found.eq(0), token.eq(first),
+                                 token_bank.eq(pick_bank), token_bank_word.eq(pick_word),
+                                 draw_base.eq(first)]
                     m.next = "DRAW_READ"
             with m.State("DRAW_READ"):
                 m.d.comb += reading_token.eq(1)
@@ -651,12 +731,13 @@ class TreeVerify(KernelComponent):
                                  valid_delay[i].eq(valid_delay[i - 1])]
                 counts = (token_lane.out_valid & token_lane.in_range
                           & (token_lane.z <= z_limit) & ~removed_delay[-1])
-                share = Mux(counts, token_lane.term, 0)
+                # (The compare and the subtraction run beside the count, muxed at the end.)
                 with m.If(valid_delay[-1]):
                     m.d.sync += lane_out.eq(lane_out + 1)
-                    with m.If(~found & (share != 0) & (cumulative + share > target)):
+                    with m.If(~found & counts & (token_lane.term > remaining)):
                         m.d.sync += [found.eq(1), bonus.eq(draw_base + lane_out)]
-                    m.d.sync += cumulative.eq(cumulative + share)
+                    m.d.sync += remaining.eq(Mux(counts, remaining - token_lane.term,
+                                                 remaining))
                 with m.If(lane_out == p.port_logits):
                     m.next = "EMIT"
             with m.State("EMIT"):

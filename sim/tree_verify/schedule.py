@@ -12,9 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hw.kernels.tree_verify import MUL_PIECES
 from hw.kernels.tree_verify_lane import KEY_BITS, LogitLane
 from hw.kernels.tree_verify_loader import merge_latency
 from hw.kernels.tree_verify_params import TreeVerifyParams, chunk_words
+from hw.lib.float32 import Float32Add
 
 __all__ = ["Costs", "request_cycles", "call_cycles"]
 
@@ -31,9 +33,10 @@ class Costs:
     # Units (hw.lib.wide_divide, hw.lib.float32, hw.kernels.tree_verify_lane).
     temperature: int = 30  # TemperatureScale.latency
     ratio: int = 32  # RatioToFloat32.latency
-    add: int = 5  # Float32Add.latency
+    add: int = Float32Add.latency
     divide: int = 17  # Float32Divide(bits_per_stage=2).latency
     lane: int = LogitLane.LATENCY
+    multiply: int = MUL_PIECES + 1  # MULTIPLY, then SCALE (hw.kernels.tree_verify)
 
     @property
     def tree_levels(self) -> int:
@@ -64,11 +67,12 @@ class Costs:
             return cycles
         chunk, _ = self.words(vocab)
         one = self.pass_(chunk)
-        cycles += 6 + 1 + one + 1  # CONSTANTS, PASS_ALL, its pass, KEPT
+        cycles += self.add + 1 + 1 + one + 1  # CONSTANTS, PASS_ALL, its pass, KEPT
         if top_k:
             cycles += KEY_BITS * (2 + one) + 1 + 1 + one  # SEARCH..., TOPK_PASS, its pass
         if top_p:
-            cycles += 2 + KEY_BITS * (2 + one) + 1 + 1 + one  # TOP_P(_SHIFT), ..., FINAL
+            # TOP_P, MULTIPLY, SCALE, TOP_P_ROUND, TOP_P_CEIL, the search, FINAL_PASS
+            cycles += 1 + self.multiply + 1 + 2 + KEY_BITS * (2 + one) + 1 + 1 + one
         return cycles
 
     def decision(self, *, greedy: bool, kept: bool, accepted: bool, divide: bool) -> int:
@@ -120,7 +124,7 @@ def request_cycles(costs: Costs, call, b: int, trace: dict) -> int:
                   for _, _, kept, accepted in trace["decisions"])
     cycles += 1  # FINAL
     if not greedy:
-        cycles += 1  # DRAW
+        cycles += costs.multiply + 1 + 1  # MULTIPLY, SCALE, DRAW
         place = _draw_place(costs, trace, vocab)
         if place is not None:
             cycles += costs.draw(vocab, *place)
