@@ -3,15 +3,15 @@ non-negative values at ``lanes`` values per clock, bit for bit (model:
 ``hw.kernels.reject_scan_model``; why it is exact: docs/reject_sample.md).
 """
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.lib.float32 import POSITIVE_INFINITY, Float32Add, float32_fields
-from hw.lib.logic import first_set, prefix_sums, wire
+from hw.lib.logic import first_set, or_tree, wire
 from hw.lib.params import check_int, check_power_of_two
-from hw.lib.pipeline import shift_right_sticky, stage
+from hw.lib.pipeline import stage
 
 from .reject_scan_model import TOP
 
@@ -33,24 +33,28 @@ class ExactSumScanner(wiring.Component):
 
     Inside the running sum's binade a word is integer arithmetic on the sum's ulp grid (a
     pipelined shift, tie-parity and prefix-sum datapath; only the loop stage depends on the
-    previous word). A *roll* (the sum rounds up to the next binade) or a *cross* (the exact sum
-    leaves the binade: that one addition goes through a ``Float32Add``) ends the word early;
-    it is then rescanned from the next lane with the new exponent (about 4 clocks per roll, 10
-    per cross). ``+inf`` absorbs everything after it.
+    previous word, and it only decides whether the word ends early). A *roll* (the sum rounds
+    up to the next binade) or a *cross* (the exact sum leaves the binade: that one addition
+    goes through a ``Float32Add``) ends the word early: four event clocks find the lane and
+    apply it, then the word is rescanned from the next lane with the new exponent through the
+    refilled pipeline (about 14 clocks per roll at 16 lanes, 21 per cross). ``+inf`` absorbs
+    everything after it. Every stage keeps within the 300 MHz rule of docs/timing.md.
 
     Parameters
     ----------
     lanes : int
         Values per word (power of two, 1..64).
     buffer_words : int
-        Input buffer (words received but not finished; power of two, >= 4).
+        Input buffer (power of two, >= 4; it holds up to ``buffer_words - 2`` words received
+        but not finished).
     max_words : int
         Largest pass (words).
 
     Members
     -------
     start : In(1)
-        Starts a pass (only while ``busy`` is low) of ``words`` words from the sum ``init``.
+        Starts a pass (only while ``busy`` is low) of ``words`` words from the sum ``init``;
+        taken into registers, ``busy`` rises two clocks later.
     init : In(32)
         Running sum before the first value (float32 bits, ``>= +0``, not NaN).
     words : In(range(max_words + 1))
@@ -65,11 +69,12 @@ class ExactSumScanner(wiring.Component):
     busy : Out(1)
         A pass is running.
     total : Out(32)
-        The running sum (after the pass: the total).
+        The running sum, registered (after the pass: the total).
     freed : Out(1)
         Pulses the clock after a word left the input buffer (one pulse per word).
     word_start : Out(1)
-        The loop stage starts word ``word_index`` with running sum ``word_sum``.
+        The loop stage started word ``word_index`` with running sum ``word_sum`` (registered:
+        one clock after the loop stage took the word).
     word_index : Out(range(max_words))
     word_sum : Out(32)
     hit : Out(1)
@@ -115,9 +120,13 @@ class ExactSumScanner(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         lanes = self._lanes
+        last = lanes - 1
         one = Const(1)
         index_shape = range(self._max_words + 1)
+        lane_shape = range(max(lanes, 2))
         delta_width = 24 + lanes.bit_length() + 1
+        sum_width = delta_width + 1
+        count_width = lanes.bit_length() + 1
 
         m.submodules.buffer = buffer = Memory(shape=unsigned(32 * lanes),
                                               depth=self._buffer_words, init=[])
@@ -131,20 +140,37 @@ class ExactSumScanner(wiring.Component):
         write_index = Signal(index_shape)  # next word to receive
         commit_index = Signal(index_shape)  # word the loop stage is on
         fetch_index = Signal(index_shape)  # next word to read from the buffer
-        resume_lane = Signal(range(max(lanes, 2)))
+        resume_lane = Signal(lane_shape)
         st_i = Signal(25)
         st_e = Signal(8, init=1)
         st_inf = Signal()
+        # TOP - st_i, kept beside st_i so that the loop's event test is one comparison
+        # (delta >= room) instead of an add and a compare in series; recomputed the clock
+        # after any write of st_i other than the loop's own (the pipeline is empty then).
+        room = Signal(25)
+        room_stale = Signal()
         slow_busy = Signal()
         slow_count = Signal(range(Float32Add.latency + 2))
         slow_a = Signal(32)
         slow_b = Signal(32)
+        ev_busy = Signal()  # an event word is being resolved (phases 1..4)
+        h_index = Signal(index_shape)  # the loop stage's last word
+        # One-hot phase flags (no decoding in front of the registers they select).
+        ev_phase = [None] + [Signal(name=f"ev_phase{k}") for k in range(1, 5)]
+        m.d.sync += [ev_phase[k].eq(ev_phase[k - 1]) for k in range(2, 5)]
+        m.d.sync += ev_phase[1].eq(0)
         m.d.comb += [slow_add.a.eq(slow_a), slow_add.b.eq(slow_b),
-                     self.total.eq(state_bits(st_i, st_e, st_inf))]
+                     self.word_sum.eq(self.total)]
+        m.d.sync += self.total.eq(state_bits(st_i, st_e, st_inf))
 
         # --- input buffer --------------------------------------------------------------------
+        # `room_in` is registered: a word accepted this clock is not in its test yet, so one
+        # slot stays spare, and one more for the event word, which the loop stage counts as
+        # done before its event phases put it back.
+        room_in = Signal()
+        m.d.sync += room_in.eq((write_index - commit_index) < self._buffer_words - 2)
         m.d.comb += [
-            self.i.ready.eq(busy & ((write_index - commit_index) < self._buffer_words)),
+            self.i.ready.eq(busy & room_in),
             buffer_write.addr.eq(write_index),
             buffer_write.data.eq(self.i.payload.as_value()),
             buffer_write.en.eq(self.i.valid & self.i.ready),
@@ -153,214 +179,406 @@ class ExactSumScanner(wiring.Component):
             m.d.sync += write_index.eq(write_index + 1)
 
         # --- fetch -------------------------------------------------------------------------
+        valids = []
+
+        def valid_reg(name):
+            signal = Signal(name=name)
+            valids.append(signal)
+            return signal
+
         fetch = Signal()
         m.d.comb += [
-            fetch.eq(busy & (fetch_index != write_index) & ~slow_busy),
-            buffer_read.addr.eq(fetch_index),
+            fetch.eq(busy & (fetch_index != write_index) & ~slow_busy & ~ev_busy),
+            # Event phase 1 reads the event word again (its values for the slow add).
+            buffer_read.addr.eq(Mux(ev_phase[1], h_index, fetch_index)),
             buffer_read.en.eq(1),
         ]
-        f_valid = Signal()
+        f_valid = valid_reg("f_valid")
         f_index = Signal(index_shape)
-        f_start = Signal.like(resume_lane)
+        f_start = Signal(lane_shape)
         m.d.sync += [f_valid.eq(fetch), f_index.eq(fetch_index),
                      f_start.eq(Mux(fetch_index == commit_index, resume_lane, 0))]
         with m.If(fetch):
             m.d.sync += fetch_index.eq(fetch_index + 1)
 
-        # --- D1: each lane on the grid of the current exponent -------------------------------
-        word = [buffer_read.data[32 * j:32 * (j + 1)] for j in range(lanes)]
-        d1_valid = stage(m, one, f_valid, name="d1_valid")
-        d1_index = stage(m, one, f_index, name="d1_index")
-        d1_start = stage(m, one, f_start, name="d1_start")
-        d1_x, d1_big, d1_floor, d1_half, d1_sticky = [], [], [], [], []
+        # --- W: the word out of the block RAM into flip-flops --------------------------------
+        w_valid = valid_reg("w_valid")
+        m.d.sync += w_valid.eq(f_valid)
+        w_index = stage(m, one, f_index, name="w_index")
+        w_start = stage(m, one, f_start, name="w_start")
+        w_word = stage(m, one, buffer_read.data, name="w_word")
+        # The lowest one of each fraction, isolated through a carry chain (fraction - 1).
+        w_lowest = []
         for j in range(lanes):
-            x = wire(m, Mux(j >= f_start, word[j], 0), name=f"f_x{j}")
-            fields = float32_fields(x)
-            distance = wire(m, (st_e - fields.exponent_eff)[:8], name=f"f_distance{j}")
-            mantissa = wire(m, Cat(Const(0, 1), fields.mantissa), name=f"f_mantissa{j}")
-            shifted, lost = shift_right_sticky(mantissa, distance, max_shift=32)
-            shifted = wire(m, shifted, name=f"f_shifted{j}")
-            d1_x.append(stage(m, one, x, name=f"d1_x{j}"))
-            d1_big.append(stage(m, one, fields.exponent > st_e, name=f"d1_big{j}"))
-            d1_floor.append(stage(m, one, shifted[1:25], name=f"d1_floor{j}"))
-            d1_half.append(stage(m, one, shifted[0], name=f"d1_half{j}"))
-            d1_sticky.append(stage(m, one, lost, name=f"d1_sticky{j}"))
+            fraction = buffer_read.data[32 * j:32 * j + 23]
+            w_lowest.append(stage(m, one, fraction & ~(fraction - 1)[:23], name=f"w_lowest{j}"))
 
-        # --- D2: tie parities for both incoming parities, prefix sums of the floors ----------
-        d2_valid = stage(m, one, d1_valid, name="d2_valid")
-        d2_index = stage(m, one, d1_index, name="d2_index")
-        d2_start = stage(m, one, d1_start, name="d2_start")
-        d2_x = [stage(m, one, d1_x[j], name=f"d2_x{j}") for j in range(lanes)]
-        d2_big = [stage(m, one, d1_big[j], name=f"d2_big{j}") for j in range(lanes)]
-        floors = prefix_sums(m, d1_floor, width=delta_width, name="floor_sum")
-        d2_floor_sum = [stage(m, one, floors[j], name=f"d2_fsum{j}") for j in range(lanes)]
-        d2_round = {}
-        d2_round_count = {}
-        count_width = lanes.bit_length() + 1
-        for parity in (0, 1):
-            odd_chain = Const(parity)
-            count = Const(0, count_width)
-            for j in range(lanes):
-                odd = wire(m, odd_chain ^ d1_floor[j][0], name=f"odd{parity}_{j}")
-                round_up = wire(m, d1_half[j] & (d1_sticky[j] | odd), name=f"rb{parity}_{j}")
-                odd_chain = wire(m, odd ^ round_up, name=f"parity{parity}_{j}")
-                count = wire(m, (count + round_up)[:count_width], name=f"rc{parity}_{j}")
-                d2_round[parity, j] = stage(m, one, round_up, name=f"d2_rb{parity}_{j}")
-                d2_round_count[parity, j] = stage(m, one, count, name=f"d2_rc{parity}_{j}")
+        # --- A: distance of each lane to the current exponent (from the raw word: lanes before
+        # the start are masked in B, not in front of the exponent arithmetic) ---------------
+        a_valid = valid_reg("a_valid")
+        m.d.sync += a_valid.eq(w_valid)
+        a_index = stage(m, one, w_index, name="a_index")
+        a_start = stage(m, one, w_start, name="a_start")
+        a_active, a_distance, a_far, a_mantissa, a_big = [], [], [], [], []
+        a_low, a_fraction_zero = [], []
+        for j in range(lanes):
+            fields = float32_fields(w_word[32 * j:32 * (j + 1)])
+            distance = wire(m, (st_e - fields.exponent_eff)[:8], name=f"w_distance{j}")
+            a_active.append(stage(m, one, j >= w_start, name=f"a_active{j}"))
+            a_distance.append(stage(m, one, distance, name=f"a_distance{j}"))
+            a_far.append(stage(m, one, distance[5:].any(), name=f"a_far{j}"))
+            a_mantissa.append(stage(m, one, fields.mantissa, name=f"a_mantissa{j}"))
+            a_big.append(stage(m, one, fields.exponent > st_e, name=f"a_big{j}"))
+            # For B's sticky bit: 1 + the position of the fraction's lowest one, and whether
+            # the fraction is zero.
+            a_low.append(stage(m, one, or_tree([Mux(w_lowest[j][k], k + 1, 0)
+                                                for k in range(23)]), name=f"a_low{j}"))
+            a_fraction_zero.append(stage(m, one, fields.fraction == 0,
+                                         name=f"a_fraction_zero{j}"))
 
-        # --- D3: delta_j(p) = sum of (floor + round_up) over lanes <= j ----------------------
-        d3_valid = stage(m, one, d2_valid, name="d3_valid")
-        d3_index = stage(m, one, d2_index, name="d3_index")
-        d3_start = stage(m, one, d2_start, name="d3_start")
-        d3_x = [stage(m, one, d2_x[j], name=f"d3_x{j}") for j in range(lanes)]
-        d3_big = [stage(m, one, d2_big[j], name=f"d3_big{j}") for j in range(lanes)]
-        d3_delta = {(p, j): stage(m, one, (d2_floor_sum[j] + d2_round_count[p, j])
-                                  [:delta_width], name=f"d3_delta{p}_{j}")
-                    for p in (0, 1) for j in range(lanes)}
-        d3_round = {(p, j): stage(m, one, d2_round[p, j], name=f"d3_rb{p}_{j}")
-                    for p in (0, 1) for j in range(lanes)}
+        # --- B: each lane on the grid of the current exponent (floor, half, sticky) -----------
+        # shift_right_sticky with the shift split into its low five bits and `far` (>= 32,
+        # from A), the sticky bit from the position of the lowest one: no clamp in series.
+        b_valid = valid_reg("b_valid")
+        m.d.sync += b_valid.eq(a_valid)
+        b_index = stage(m, one, a_index, name="b_index")
+        b_start = stage(m, one, a_start, name="b_start")
+        b_big = [stage(m, one, a_active[j] & a_big[j], name=f"b_big{j}") for j in range(lanes)]
+        b_floor, b_half, b_sticky = [], [], []
+        for j in range(lanes):
+            value = Cat(Const(0, 1), a_mantissa[j])
+            amount = a_distance[j][:5]
+            far = a_far[j]
+            shifted = wire(m, Mux(far | ~a_active[j], 0, value >> amount),
+                           name=f"a_shifted{j}")
+            # A bit is lost when the lowest one of `value` lies below the shift distance.
+            lost = a_active[j] & Mux(a_fraction_zero[j], a_mantissa[j][23] & (a_distance[j] > 24),
+                                     a_distance[j] > a_low[j])
+            b_floor.append(stage(m, one, shifted[1:25], name=f"b_floor{j}"))
+            b_half.append(stage(m, one, shifted[0], name=f"b_half{j}"))
+            b_sticky.append(stage(m, one, lost, name=f"b_sticky{j}"))
+
+        # --- P: prefix sums of the floors and prefix compositions of the tie-parity steps,
+        # two Kogge-Stone levels per clock. A lane maps the running integer's parity before it
+        # to the parity after it (odd = p ^ floor[0], round_up = half & (sticky | odd), out =
+        # odd ^ round_up): one of four functions of a bit, kept as (f(0), f(1)); composing
+        # them is associative, so the parity before every lane is a prefix, for either p.
+        def tie(p, j):
+            odd = p ^ floor0[j]
+            return odd ^ (half[j] & (sticky[j] | odd))
+
+        def compose(later, earlier):  # later ∘ earlier
+            return Cat(Mux(earlier[0], later[1], later[0]), Mux(earlier[1], later[1], later[0]))
+
+        valid, index, start = b_valid, b_index, b_start
+        floor0 = [b_floor[j][0] for j in range(lanes)]
+        half, sticky, big = b_half, b_sticky, b_big
+        positive = None
+        fsum = [Value.cast(b_floor[j]) for j in range(lanes)]
+        steps = None
+        distances = []
+        while (1 << len(distances)) < lanes:
+            distances.append(1 << len(distances))
+        for number, first_level in enumerate(range(0, len(distances), 2)):
+            name = f"p{number + 1}"
+            if steps is None:
+                steps = [Cat(tie(0, j), tie(1, j)) for j in range(lanes)]
+                positive = [b_floor[j].any() | b_half[j] | b_sticky[j] for j in range(lanes)]
+            for level in distances[first_level:first_level + 2]:
+                steps = [wire(m, compose(steps[j], steps[j - level]) if j >= level
+                              else steps[j], name=f"{name}_tie{level}_{j}")
+                         for j in range(lanes)]
+                fsum = [wire(m, (fsum[j] + fsum[j - level])[:delta_width] if j >= level
+                             else fsum[j], name=f"{name}_fsum{level}_{j}")
+                        for j in range(lanes)]
+            next_valid = valid_reg(f"{name}_valid")
+            m.d.sync += next_valid.eq(valid)
+            valid = next_valid
+            index = stage(m, one, index, name=f"{name}_index")
+            start = stage(m, one, start, name=f"{name}_start")
+            steps = [stage(m, one, steps[j], name=f"{name}_tie{j}") for j in range(lanes)]
+            fsum = [stage(m, one, fsum[j], name=f"{name}_fsum{j}") for j in range(lanes)]
+            floor0 = [stage(m, one, floor0[j], name=f"{name}_floor0_{j}") for j in range(lanes)]
+            half = [stage(m, one, half[j], name=f"{name}_half{j}") for j in range(lanes)]
+            sticky = [stage(m, one, sticky[j], name=f"{name}_sticky{j}") for j in range(lanes)]
+            big = [stage(m, one, big[j], name=f"{name}_big{j}") for j in range(lanes)]
+            positive = [stage(m, one, positive[j], name=f"{name}_positive{j}")
+                        for j in range(lanes)]
+        if positive is None:  # one lane: no prefix stage
+            positive = [b_floor[0].any() | b_half[0] | b_sticky[0]]
+
+        # --- R: round-up bits for both incoming parities and their prefix counts -------------
+        rounds = {(p, j): half[j] & (sticky[j] | (floor0[j] ^ (p if j == 0 else steps[j - 1][p])))
+                  for p in (0, 1) for j in range(lanes)}
+        counts = {key: Value.cast(bit) for key, bit in rounds.items()}
+        # The first clock: the round-up bits and two levels (a few bits wide), then two a clock.
+        groups = [distances[:2]] + [distances[k:k + 2] for k in range(2, len(distances), 2)]
+        for number, group in enumerate(groups):
+            name = f"r{number + 1}"
+            for level in group:
+                counts = {(p, j): wire(m, (counts[p, j] + counts[p, j - level])[:count_width]
+                                       if j >= level else counts[p, j],
+                                       name=f"{name}_count{p}_{level}_{j}")
+                          for p in (0, 1) for j in range(lanes)}
+            next_valid = valid_reg(f"{name}_valid")
+            m.d.sync += next_valid.eq(valid)
+            valid = next_valid
+            index = stage(m, one, index, name=f"{name}_index")
+            start = stage(m, one, start, name=f"{name}_start")
+            counts = {(p, j): stage(m, one, counts[p, j], name=f"{name}_count{p}_{j}")
+                      for p in (0, 1) for j in range(lanes)}
+            rounds = {(p, j): stage(m, one, rounds[p, j], name=f"{name}_rb{p}_{j}")
+                      for p in (0, 1) for j in range(lanes)}
+            fsum = [stage(m, one, fsum[j], name=f"{name}_fsum{j}") for j in range(lanes)]
+            big = [stage(m, one, big[j], name=f"{name}_big{j}") for j in range(lanes)]
+            positive = [stage(m, one, positive[j], name=f"{name}_positive{j}")
+                        for j in range(lanes)]
+
+        # --- D: delta_j(p) = sum of (floor + round_up) over lanes <= j ------------------------
+        d_valid = valid_reg("d_valid")
+        m.d.sync += d_valid.eq(valid)
+        d_index = stage(m, one, index, name="d_index")
+        d_start = stage(m, one, start, name="d_start")
+        d_delta = {(p, j): stage(m, one, (fsum[j] + counts[p, j])[:delta_width],
+                                 name=f"d_delta{p}_{j}")
+                   for p in (0, 1) for j in range(lanes)}
+        d_round = {(p, j): stage(m, one, rounds[p, j], name=f"d_rb{p}_{j}")
+                   for p in (0, 1) for j in range(lanes)}
+        d_big = Cat(*(stage(m, one, big[j], name=f"d_big{j}") for j in range(lanes)))
+        d_big_any = stage(m, one, Cat(*big).any(), name="d_big_any")
+        d_positive = stage(m, one, Cat(*positive), name="d_positive")
 
         # --- loop stage ----------------------------------------------------------------------
-        act = d3_valid & ~slow_busy
+        # Only "does the word end early" is decided here: a lane is an event when it is big or
+        # its sum reaches TOP, and the deltas grow with the lane (lanes before the start have
+        # delta 0 < room), so that is the last lane's delta against `room`. Which lane, and
+        # whether it rolls or crosses, is worked out in the event phases below (the pipeline
+        # is flushed and refilled after an event anyway).
+        act = wire(m, d_valid & ~slow_busy & ~ev_busy & ~room_stale, name="ls_act")
         parity = st_i[0]
-        sums, events, crosses, rolls = [], [], [], []
-        for j in range(lanes):
-            delta = Mux(parity, d3_delta[1, j], d3_delta[0, j])
-            round_up = wire(m, Mux(parity, d3_round[1, j], d3_round[0, j]), name=f"ls_rb{j}")
-            total = wire(m, (st_i + delta)[:delta_width + 1], name=f"ls_sum{j}")
-            active = d3_start <= j
-            at_top = wire(m, total == TOP, name=f"ls_top{j}")
-            cross = wire(m, active & (d3_big[j] | (total > TOP) | (at_top & ~round_up)),
-                          name=f"ls_cross{j}")
-            roll = wire(m, active & ~d3_big[j] & at_top & round_up, name=f"ls_roll{j}")
-            sums.append(total)
-            crosses.append(cross)
-            rolls.append(roll)
-            events.append(~st_inf & (cross | roll))
-        any_event, first = first_set(m, events, name="ls_event")
-        sums_array = Array(sums)
-        x_array = Array(d3_x)
-        before = wire(m, Mux(first == 0, st_i, sums_array[(first - 1)[:len(first)]])[:25],
-                       name="ls_before")
-        is_cross = wire(m, Array(crosses)[first], name="ls_is_cross")
-        last_lane = wire(m, first == lanes - 1, name="ls_last_lane")
-        flush = Signal()
+        deltas = [wire(m, Mux(parity, d_delta[1, j], d_delta[0, j]), name=f"ls_delta{j}")
+                  for j in range(lanes)]
+        sums = [wire(m, (st_i + deltas[j])[:sum_width], name=f"ls_sum{j}") for j in range(lanes)]
+        reach = Mux(parity, d_delta[1, last] >= room, d_delta[0, last] >= room)
+        event = wire(m, ~st_inf & (d_big_any | reach), name="ls_event")
         next_commit = Signal(index_shape)
         m.d.comb += next_commit.eq(commit_index + 1)
+        m.d.sync += self.word_start.eq(act & (d_start == 0))
+        with m.If(act):
+            m.d.sync += self.word_index.eq(d_index)
 
-        m.d.comb += [
-            self.word_start.eq(act & (d3_start == 0)),
-            self.word_index.eq(d3_index),
-            self.word_sum.eq(self.total),
-        ]
-
-        # Hit check inputs (registered: the pick does not feed back into the loop).
+        # The word's sums, for the hit check (and the event phases).
         h_valid = Signal()
-        h_index = Signal(index_shape)
-        h_sum = [Signal(25, name=f"h_sum{j}") for j in range(lanes)]
+        h_sum = [Signal(sum_width, name=f"h_sum{j}") for j in range(lanes)]
         h_e = Signal(8)
         h_inf = Signal()
         h_mask = Signal(lanes)
         h_positive = Signal(lanes)
+        e_round = Signal(lanes)
+        e_big = Signal(lanes)
         single_valid = Signal()
         single_index = Signal(index_shape)
-        single_lane = Signal.like(self.hit_lane)
+        single_lane = Signal(lane_shape)
         single_bits = Signal(32)
         slow_index = Signal(index_shape)
-        slow_lane = Signal.like(self.hit_lane)
+        slow_lane = Signal(lane_shape)
         m.d.sync += [h_valid.eq(0), single_valid.eq(0)]
 
-        with m.If(act):
+        with m.If(room_stale):
+            m.d.sync += [room.eq(TOP - st_i), room_stale.eq(0)]
+
+        # --- event phases ---------------------------------------------------------------------
+        # 1: per lane, cross or roll (from the word's sums); the word is read again.
+        ev_bits = Signal(lanes)
+        cross_bits = Signal(lanes)
+        zero_bits = Signal(lanes)
+        st_zero = Signal()
+        with m.If(ev_phase[1]):
+            crosses, rolls = [], []
+            for j in range(lanes):
+                at_top = h_sum[j] == TOP
+                crosses.append(h_mask[j] & (e_big[j] | (h_sum[j] > TOP)
+                                            | (at_top & ~e_round[j])))
+                rolls.append(h_mask[j] & ~e_big[j] & at_top & e_round[j])
             m.d.sync += [
-                h_valid.eq(pick), h_index.eq(d3_index), h_e.eq(st_e), h_inf.eq(st_inf),
-                h_positive.eq(Cat(*(x.any() for x in d3_x))),
-                *(h_sum[j].eq(sums[j][:25]) for j in range(lanes)),
+                ev_bits.eq(Cat(*crosses) | Cat(*rolls)), cross_bits.eq(Cat(*crosses)),
+                zero_bits.eq(Cat(*(h_sum[j][:25] == 0 for j in range(lanes)))),
+                st_zero.eq(st_i == 0),
             ]
-            started = Cat(*(d3_start <= j for j in range(lanes)))
-            with m.If(~any_event):
-                m.d.sync += [h_mask.eq(started), commit_index.eq(next_commit),
-                             resume_lane.eq(0)]
-                with m.If(~st_inf):
-                    m.d.sync += st_i.eq(sums[-1][:25])
+        # 2: the first event lane (one-hot) and the lanes before it.
+        e_onehot = Signal(lanes)
+        e_below = Signal(lanes)
+        e_word = Signal(32 * lanes)
+        e_inf_bits = Signal(lanes)
+        e_subnormal_bits = Signal(lanes)
+        with m.If(ev_phase[2]):
+            # The lowest set bit and the bits below it, through a carry chain (ev - 1).
+            borrow = wire(m, (ev_bits - 1)[:lanes], name="ev_borrow")
+            m.d.sync += [
+                e_onehot.eq(ev_bits & ~borrow),
+                e_below.eq(~ev_bits & borrow),
+                e_word.eq(buffer_read.data),
+                e_inf_bits.eq(Cat(*(float32_fields(buffer_read.data[32 * j:32 * (j + 1)]).is_inf
+                                    for j in range(lanes)))),
+                e_subnormal_bits.eq(Cat(*(buffer_read.data[32 * j + 23:32 * j + 31] == 0
+                                          for j in range(lanes)))),
+            ]
+        # 3: select by the one-hot lane (AND-OR trees, no priority chain).
+        e_first = Signal(lane_shape)
+        e_before = Signal(25)
+        e_before_zero = Signal()
+        e_x = Signal(32)
+        e_x_inf = Signal()
+        e_x_subnormal = Signal()  # exponent field 0
+        e_cross = Signal()
+        e_last_lane = Signal()
+
+        def select(values):
+            return or_tree([Mux(e_onehot[j], values[j], 0) for j in range(lanes)])
+
+        with m.If(ev_phase[3]):
+            m.d.sync += [
+                e_first.eq(select([Const(j, len(e_first)) for j in range(lanes)])),
+                e_before.eq(select([st_i] + [h_sum[j][:25] for j in range(last)])),
+                e_before_zero.eq(select([st_zero] + [zero_bits[j] for j in range(last)])),
+                e_x.eq(select([e_word[32 * j:32 * (j + 1)] for j in range(lanes)])),
+                e_x_inf.eq((e_onehot & e_inf_bits).any()),
+                e_x_subnormal.eq((e_onehot & e_subnormal_bits).any()),
+                e_cross.eq((e_onehot & cross_bits).any()),
+                e_last_lane.eq(e_onehot[last]),
+            ]
+        # 4: apply, as `scan_word` does: the sums before the event lane count; a cross with a
+        # running sum of +0 restarts at x itself, any other goes through the slow adder; a
+        # roll moves to the bottom of the next binade. Then the word is rescanned.
+        with m.If(ev_phase[4]):
+            m.d.sync += [ev_busy.eq(0), h_valid.eq(pick), room_stale.eq(1)]
+            m.d.sync += [v.eq(0) for v in valids]
+            with m.If(e_last_lane):
+                m.d.sync += [commit_index.eq(h_index + 1), resume_lane.eq(0),
+                             fetch_index.eq(h_index + 1)]
             with m.Else():
-                m.d.comb += flush.eq(1)
-                below_first = Cat(*(first > j for j in range(lanes)))
-                with m.If(last_lane):
-                    m.d.sync += [commit_index.eq(next_commit), resume_lane.eq(0),
-                                 fetch_index.eq(next_commit)]
+                m.d.sync += [commit_index.eq(h_index), resume_lane.eq(e_first + 1),
+                             fetch_index.eq(h_index)]
+            with m.If(e_cross):
+                m.d.sync += [h_mask.eq(h_mask & e_below), st_i.eq(e_before)]
+                with m.If(e_before_zero):
+                    # +0 + x = x: the sum starts (or restarts) at x itself.
+                    m.d.sync += [
+                        st_i.eq(Cat(e_x[:23], ~e_x_subnormal)),
+                        st_e.eq(Mux(e_x_subnormal, 1, e_x[23:31])), st_inf.eq(e_x_inf),
+                        single_valid.eq(pick), single_index.eq(h_index),
+                        single_lane.eq(e_first), single_bits.eq(e_x),
+                    ]
                 with m.Else():
-                    m.d.sync += [resume_lane.eq(first + 1), fetch_index.eq(commit_index)]
-                with m.If(is_cross):
-                    m.d.sync += [h_mask.eq(started & below_first), st_i.eq(before)]
-                    x_first = wire(m, x_array[first], name="ls_x_first")
-                    with m.If(before == 0):
-                        # +0 + x = x: the sum starts (or restarts) at x itself.
-                        x_fields = float32_fields(x_first)
-                        m.d.sync += [
-                            st_i.eq(Cat(x_fields.fraction, ~(x_fields.exponent == 0))),
-                            st_e.eq(x_fields.exponent_eff), st_inf.eq(x_fields.is_inf),
-                            single_valid.eq(pick), single_index.eq(d3_index),
-                            single_lane.eq(first), single_bits.eq(x_first),
-                        ]
-                    with m.Else():
-                        m.d.sync += [
-                            slow_busy.eq(1), slow_count.eq(0),
-                            slow_a.eq(state_bits(before, st_e, 0)), slow_b.eq(x_first),
-                            slow_index.eq(d3_index), slow_lane.eq(first),
-                        ]
-                with m.Else():  # roll: exactly 2^24 units, the bottom of the next binade
-                    m.d.sync += [h_mask.eq(started & (below_first | (1 << first))),
-                                 st_i.eq(1 << 23), st_e.eq(st_e + 1)]
-                    with m.If(st_e == 0xFE):
-                        m.d.sync += st_inf.eq(1)
+                    m.d.sync += [
+                        slow_busy.eq(1), slow_count.eq(0),
+                        slow_a.eq(state_bits(e_before, st_e, 0)), slow_b.eq(e_x),
+                        slow_index.eq(h_index), slow_lane.eq(e_first),
+                    ]
+            with m.Else():  # roll: exactly 2^24 units, the bottom of the next binade
+                m.d.sync += [h_mask.eq(h_mask & (e_below | e_onehot)),
+                             st_i.eq(1 << 23), st_e.eq(st_e + 1)]
+                with m.If(st_e == 0xFE):
+                    m.d.sync += st_inf.eq(1)
 
         with m.If(slow_busy):
             m.d.sync += slow_count.eq(slow_count + 1)
             with m.If(slow_count == Float32Add.latency):
                 result = float32_fields(slow_add.result)
                 m.d.sync += [
-                    slow_busy.eq(0),
+                    slow_busy.eq(0), room_stale.eq(1),
                     st_i.eq(Cat(result.fraction, ~(result.exponent == 0))),
                     st_e.eq(result.exponent_eff), st_inf.eq(result.is_inf),
                     single_valid.eq(pick), single_index.eq(slow_index),
                     single_lane.eq(slow_lane), single_bits.eq(slow_add.result),
                 ]
 
-        # Pipeline flush after an event (the fetch index was reset above).
-        with m.If(flush):
-            m.d.sync += [f_valid.eq(0), d1_valid.eq(0), d2_valid.eq(0), d3_valid.eq(0)]
-
         # One clock after the loop stage finishes a word, its buffer slot is free again.
-        m.d.sync += self.freed.eq(act & (~any_event | last_lane))
+        m.d.sync += self.freed.eq((act & ~event) | (ev_phase[4] & e_last_lane))
 
-        # --- hit check ------------------------------------------------------------------------
+        # --- hit check (three clocks: the sums' float32 bits, the comparisons, the first lane) --
         # prefix > threshold for a prefix >= +0 and a threshold >= -0.0: magnitudes.
         threshold = self.threshold[:31]
-        hit_bits = [wire(m, h_mask[j] & h_positive[j]
-                          & (state_bits(h_sum[j], h_e, h_inf)[:31] > threshold),
-                          name=f"hit{j}") for j in range(lanes)]
-        any_hit, hit_first = first_set(m, hit_bits, name="hit")
-        single_hit = single_valid & (single_bits[:31] > threshold)
+        hv0 = Signal()
+        hi0 = Signal(index_shape)
+        hm0 = Signal(lanes)
+        hs0 = [Signal(31, name=f"hs0_{j}") for j in range(lanes)]
+        m.d.sync += [hv0.eq(h_valid), hi0.eq(h_index), hm0.eq(h_mask & h_positive),
+                     *(hs0[j].eq(state_bits(h_sum[j][:25], h_e, h_inf)[:31])
+                       for j in range(lanes))]
+        # The single-value hit waits beside it, to keep the lane order of the hits.
+        sv0 = Signal()
+        si0 = Signal(index_shape)
+        sl0 = Signal(lane_shape)
+        sb0 = Signal(32)
+        m.d.sync += [sv0.eq(single_valid), si0.eq(single_index), sl0.eq(single_lane),
+                     sb0.eq(single_bits)]
+        hv1 = Signal()
+        hi1 = Signal(index_shape)
+        hb1 = Signal(lanes)
+        sv1 = Signal()
+        si1 = Signal(index_shape)
+        sl1 = Signal(lane_shape)
+        m.d.sync += [
+            hv1.eq(hv0), hi1.eq(hi0),
+            hb1.eq(Cat(*(hm0[j] & (hs0[j] > threshold) for j in range(lanes)))),
+            sv1.eq(sv0 & (sb0[:31] > threshold)), si1.eq(si0), sl1.eq(sl0),
+        ]
+        any_hit, hit_first = first_set(m, [hb1[j] for j in range(lanes)], name="hit")
         with m.If(~self.hit):
-            with m.If(h_valid & any_hit):
-                m.d.sync += [self.hit.eq(1), self.hit_word.eq(h_index),
+            with m.If(hv1 & any_hit):
+                m.d.sync += [self.hit.eq(1), self.hit_word.eq(hi1),
                              self.hit_lane.eq(hit_first)]
-            with m.Elif(single_hit):
-                m.d.sync += [self.hit.eq(1), self.hit_word.eq(single_index),
-                             self.hit_lane.eq(single_lane)]
+            with m.Elif(sv1):
+                m.d.sync += [self.hit.eq(1), self.hit_word.eq(si1), self.hit_lane.eq(sl1)]
 
         # --- pass control ---------------------------------------------------------------------
-        with m.If(busy & (commit_index == words) & ~slow_busy & ~h_valid & ~single_valid
-                  & ~d3_valid):
+        with m.If(busy & (commit_index == words) & ~slow_busy & ~ev_busy & ~h_valid
+                  & ~single_valid & ~hv0 & ~sv0 & ~hv1 & ~sv1
+                  & ~d_valid):
             m.d.sync += busy.eq(0)
-        with m.If(self.start & ~busy):
-            init = float32_fields(self.init)
+        # `start` is taken into registers first and applied a clock later (so the caller's
+        # decision does not fan out into every register of the scanner in the same clock).
+        start_q = Signal()
+        init_q = Signal(32)
+        words_q = Signal(index_shape)
+        pick_q = Signal()
+        m.d.sync += start_q.eq(self.start & ~busy & ~start_q)
+        with m.If(~start_q):
+            m.d.sync += [init_q.eq(self.init), words_q.eq(self.words), pick_q.eq(self.pick)]
+        with m.If(start_q):
+            init = float32_fields(init_q)
             m.d.sync += [
-                busy.eq(1), pick.eq(self.pick), words.eq(self.words),
+                busy.eq(1), pick.eq(pick_q), words.eq(words_q),
                 write_index.eq(0), commit_index.eq(0), fetch_index.eq(0), resume_lane.eq(0),
                 st_i.eq(Cat(init.fraction, ~(init.exponent == 0))),
-                st_e.eq(init.exponent_eff), st_inf.eq(init.is_inf),
-                self.hit.eq(0), slow_busy.eq(0),
-                f_valid.eq(0), d1_valid.eq(0), d2_valid.eq(0), d3_valid.eq(0),
+                st_e.eq(init.exponent_eff), st_inf.eq(init.is_inf), room_stale.eq(1),
+                self.hit.eq(0), slow_busy.eq(0), ev_busy.eq(0),
+                *(ev_phase[k].eq(0) for k in range(1, 5)),
+                *(v.eq(0) for v in valids),
             ]
+
+        # The loop stage's updates come last: `act` excludes the event phases, the slow add
+        # and a start, so the order changes nothing but puts the loop's late `event` into the
+        # last multiplexer in front of each register.
+        with m.If(act):
+            m.d.sync += [
+                h_index.eq(d_index), h_e.eq(st_e), h_inf.eq(st_inf), h_positive.eq(d_positive),
+                h_mask.eq(Cat(*(d_start <= j for j in range(lanes)))),
+                e_round.eq(Cat(*(Mux(parity, d_round[1, j], d_round[0, j])
+                                 for j in range(lanes)))),
+                e_big.eq(d_big),
+                *(h_sum[j].eq(sums[j]) for j in range(lanes)),
+            ]
+            # The word counts as done at once; an event word is put back in phase 4.
+            m.d.sync += [commit_index.eq(next_commit), resume_lane.eq(0)]
+            with m.If(~event):
+                m.d.sync += h_valid.eq(pick)
+                with m.If(~st_inf):
+                    m.d.sync += [st_i.eq(sums[last][:25]), room.eq(room - deltas[last])]
+            with m.Else():
+                m.d.sync += [ev_busy.eq(1), ev_phase[1].eq(1)]
+        # An event flushes the pipeline (refetched from the event word in phase 4).
+        with m.If(act & event):
+            m.d.sync += [v.eq(0) for v in valids]
         return m
