@@ -231,13 +231,13 @@ def test_case_parameters_follow_the_case(tmp_path):
 
 @pytest.mark.slow
 def test_verilator_largest_vocabulary_row():
-    """One row of V = max_vocab_size = 131072 (the buffer full; 3 x 131072 + 324 clocks, about
+    """One row of V = max_vocab_size = 131072 (the buffer full; 3 x 131072 + 448 clocks, about
     15 minutes under cocotb on 2 cores): the ``figures`` phase alone."""
     summary = TARGET.run(overrides={"row_vocab": PARAMETERS["max_vocab_size"]},
                          tests=("figures",),
                          log_file=BUILD_ROOT / "pytest-logits_to_probas-largest.log")
     words = PARAMETERS["max_vocab_size"] // PARAMETERS["lanes"]
-    assert summary["initiation_interval"] * PARAMETERS["max_vocab_size"] < 3 * words + 400
+    assert summary["initiation_interval"] * PARAMETERS["max_vocab_size"] < 3 * words + 500
 
 
 # The bfloat16 two-lane model of the slow tier (one Verilator build serves both tests below).

@@ -11,7 +11,7 @@ the row; lanes past ``V`` are ``+0.0``); a *greedy* row (``T < 1e-6``, ``T = 0``
 yields no ``probs`` beats: its probability row is the one-hot of its argmax, which the host
 (or the next kernel) reconstructs from ``predict``. Requests are processed one after the
 other, rows one after the other, each in three passes over an on-chip row buffer (ingest,
-exp, output): a sampling row takes about ``3 * ceil(V / lanes) + 324`` clocks, a greedy
+exp, output): a sampling row takes about ``3 * ceil(V / lanes) + 448`` clocks, a greedy
 row ``ceil(V / lanes) + 1``. ``top_k`` is not implemented. Inputs outside the golden's contract
 (``V = 0``, ``V > max_vocab_size``, NaN or ``+inf`` logits, ``T`` outside ``[0, 1e6]``) are
 undefined behaviour.
@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from functools import cache
 
 import numpy as np
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, enum, stream
 from amaranth.lib.memory import Memory
 
@@ -116,8 +116,9 @@ def _exp_element(df, logit, neg_max, c_hi, c_lo, c_hi_hi, c_hi_lo, all_neginf, k
         return ~float32_fields(t).is_nan & (
             float32_order_key(t) >= float32_order_key(Const(_CUTOFF, 32)))
 
+    # The range test (a 32-bit comparison) has a clock of its own, the masks the next.
     valid = df.comb(in_range, t_hi, name="valid")
-    t_hi = df.comb(lambda t: Mux(in_range(t), t, 0), t_hi, name="thi")
+    t_hi = df.comb(lambda t, v: Mux(v, t, 0), t_hi, valid, name="thi")
     t_lo = df.comb(lambda t, v: Mux(v, t, 0), t_lo, valid, name="tlo")
     y = df.mul(t_hi, _SIXTY_FOUR)
     ym = df.add(y, _MAGIC)
@@ -193,19 +194,66 @@ def _seq_two_prod(seq, prefix, a, b):
     return p, seq.sub(f"{prefix}_err", t, inner)
 
 
-def _uint_to_float32(value: Value, lz: Value, *, frac_bits: int):
-    """``value * 2^-frac_bits`` (``value > 0``, ``lz`` its leading zeros) rounded to float32,
-    nearest even; returns ``(bits, rounded)`` with ``rounded`` the rounded integer."""
+def _leading_zero_steps(seq, value: Value, *, name: str) -> Signal:
+    """Two sequencer steps that count the leading zeros of ``value`` (nonzero) into the
+    returned register: per 8-bit group whether it holds a one and its own count, then a
+    balanced selection of the first such group (a wide count in one clock is too deep for
+    300 MHz)."""
     width = len(value)
-    normal = (value << lz)[:width]
-    mantissa = normal[width - 24:]
-    guard = normal[width - 25]
-    sticky = normal[:width - 25].any()
-    round_up = guard & (sticky | mantissa[0])
-    exponent = (width - 1 + 127 - frac_bits) - lz
-    bits = (Cat(mantissa[:23], exponent[:8]) + round_up)[:31]
-    rounded = ((Cat(Const(0, width - 24), mantissa) + (round_up << (width - 24))) >> lz)
-    return Cat(bits, Const(0, 1)), rounded[:width + 1]
+    groups = 1 << max(0, (-(-width // 8) - 1).bit_length())  # a power of two
+    padded = Cat(Const(0, 8 * groups - width), value)  # zeros below: the same count
+    summary = Signal(4 * groups, name=f"{name}_groups")
+    zeros = Signal(range(8 * groups), name=f"{name}_lz")
+
+    def per_group():
+        fields = []
+        for g in range(groups):
+            bits = padded[8 * g:8 * g + 8]
+            fields += [count_leading_zeros(bits)[:3], bits.any()]
+        return [summary.eq(Cat(*fields))]
+
+    def select():
+        # (has a one, leading zeros) per group, lowest first; a pair of halves of 2^k bits
+        # counts the upper half's zeros, or 2^k plus the lower half's: no adder.
+        nodes = [(summary[4 * g + 3], summary[4 * g:4 * g + 3]) for g in range(groups)]
+        while len(nodes) > 1:
+            nodes = [(high[0] | low[0], Mux(high[0], Cat(high[1], Const(0, 1)),
+                                                    Cat(low[1], Const(1, 1))))
+                     for low, high in zip(nodes[0::2], nodes[1::2], strict=True)]
+        return [zeros.eq(nodes[0][1])]
+
+    seq.fn(per_group)
+    seq.fn(select)
+    return zeros
+
+
+def _float32_steps(seq, value: Value, *, frac_bits: int, name: str, result, sign=None,
+                   zero=None, rounded=None):
+    """Sequencer steps that write ``value * 2^-frac_bits`` (``value > 0``) rounded to float32,
+    nearest even, into ``result``: leading zeros (two steps), the normalising shift, the
+    rounding. ``sign``/``zero``: registers giving the result's sign and forcing ``+0.0``;
+    ``rounded``: a register of ``len(value) - 23`` bits that receives the rounded significand
+    with its carry (the rounded integer is ``rounded << (len(value) - 24) >> zeros``).
+    Returns the leading-zero register."""
+    width = len(value)
+    zeros = _leading_zero_steps(seq, value, name=name)
+    normal = Signal(width, name=f"{name}_normal")
+    exponent = Signal(8, name=f"{name}_exponent")
+    seq.fn(lambda: [normal.eq((value << zeros)[:width]),
+                    exponent.eq(((width - 1 + 127 - frac_bits) - zeros)[:8])])
+
+    def round_to_nearest_even():
+        mantissa = normal[width - 24:]
+        round_up = normal[width - 25] & (normal[:width - 25].any() | mantissa[0])
+        bits = Cat((Cat(mantissa[:23], exponent) + round_up)[:31],
+                   Const(0, 1) if sign is None else sign)
+        statements = [result.eq(bits if zero is None else Mux(zero, 0, bits))]
+        if rounded is not None:
+            statements.append(rounded.eq(mantissa + round_up))
+        return statements
+
+    seq.fn(round_to_nearest_even)
+    return zeros
 
 
 class Phase(enum.Enum, shape=3):
@@ -348,6 +396,7 @@ class LogitsToProbas(KernelComponent):
         m_bits = Signal(32)
         m_index = Signal(token_width)
         have = Signal()
+        last_row = Signal()  # row + 1 == rows, registered (a comparison less on the way)
 
         m.submodules.buffer = buffer = Memory(shape=unsigned(32 * lanes), depth=words_max,
                                               init=[])
@@ -370,30 +419,26 @@ class LogitsToProbas(KernelComponent):
         seq.sub("C_lo", p_err, t)
         _seq_split(seq, "C", "C_hi")  # C_shi, C_slo
 
+        # S_hi = the exact integer sum rounded to float32, S_lo = the remainder's rounding,
+        # in one-clock integer steps short enough for 300 MHz.
         acc_width = params.accumulator_width
         accumulator = Signal(acc_width)
-        lz = Signal(range(acc_width + 1))
+        rounded = Signal(acc_width - 23)
         top = Signal(acc_width + 1)
-        rest = Signal(signed(acc_width + 2))
+        negative = Signal()
+        rest_zero = Signal()
         rest_abs = Signal(acc_width)
         s_hi, s_lo = seq.reg("S_hi"), seq.reg("S_lo")
         seq.program("row")
-        seq.fn(lambda: [lz.eq(count_leading_zeros(accumulator))])
-
-        def to_hi():
-            bits, rounded = _uint_to_float32(accumulator, lz, frac_bits=SUM_FRAC_BITS)
-            return [s_hi.eq(bits), top.eq(rounded)]
-
-        seq.fn(to_hi)
-        seq.fn(lambda: [rest.eq(accumulator - top)])
-        seq.fn(lambda: [rest_abs.eq(Mux(rest < 0, -rest, rest)[:acc_width])])
-        seq.fn(lambda: [lz.eq(count_leading_zeros(rest_abs))])
-
-        def to_lo():
-            bits, _ = _uint_to_float32(rest_abs, lz, frac_bits=SUM_FRAC_BITS)
-            return [s_lo.eq(Mux(rest == 0, 0, Cat(bits[:31], rest < 0)))]
-
-        seq.fn(to_lo)
+        zeros = _float32_steps(seq, accumulator, frac_bits=SUM_FRAC_BITS, name="sum",
+                               result=s_hi, rounded=rounded)
+        seq.fn(lambda: [top.eq((Cat(Const(0, acc_width - 24), rounded) >> zeros)
+                               [:acc_width + 1])])
+        seq.fn(lambda: [negative.eq(accumulator < top), rest_zero.eq(accumulator == top),
+                        rest_abs.eq(Mux(accumulator < top, top - accumulator,
+                                        accumulator - top)[:acc_width])])
+        _float32_steps(seq, rest_abs, frac_bits=SUM_FRAC_BITS, name="rest", result=s_lo,
+                       sign=negative, zero=rest_zero)
         inv_hi, inv_lo = _recip_program(seq, "rs", "S_hi", "S_lo")
         seq.add("inv", inv_hi, inv_lo)
         seq.elaborate(m)
@@ -417,6 +462,7 @@ class LogitsToProbas(KernelComponent):
                 float32_order_key(payload.temperature) < float32_order_key(Const(_GREEDY, 32)))
             m.d.sync += [temperature.eq(payload.temperature), vocab.eq(payload.vocab_size),
                          rows.eq(payload.num_rows), row.eq(0), greedy.eq(is_greedy),
+                         last_row.eq(payload.num_rows == 1),
                          words.eq((payload.vocab_size + (lanes - 1)) >> shift),
                          seq.reg("T").eq(payload.temperature)]
             m.d.sync += [issue.eq(0), have.eq(0)]
@@ -459,7 +505,7 @@ class LogitsToProbas(KernelComponent):
         m.d.comb += [self.predict.valid.eq(state == Phase.PREDICT),
                      self.predict.payload.token.eq(m_index),
                      self.predict.payload.first.eq(row == 0),
-                     self.predict.payload.last.eq(row + 1 == rows)]
+                     self.predict.payload.last.eq(last_row)]
         next_row = Signal()
         with m.If(self.predict.valid & self.predict.ready):
             with m.If(greedy):
@@ -481,7 +527,9 @@ class LogitsToProbas(KernelComponent):
         keep_node = df.input(in_keep)
         e_nodes = []
         for i in range(lanes):
-            logit = df.input(rport.data[32 * i:32 * (i + 1)])
+            # Registered first: the memory's output has no register of its own.
+            logit = df.comb(lambda v: v, df.input(rport.data[32 * i:32 * (i + 1)]),
+                            name=f"logit{i}_")
             keep_i = df.comb(lambda k, i=i: k[i], keep_node, name=f"keep{i}_")
             e_nodes.append(_exp_element(df, logit, neg_max, *c_nodes, all_neginf, keep_i))
         _, aligned = df.align(df.input(in_valid), df.input(in_addr), *e_nodes)
@@ -490,16 +538,23 @@ class LogitsToProbas(KernelComponent):
             m.d.comb += [wport.addr.eq(out_addr), wport.data.eq(Cat(*e_values)),
                          wport.en.eq(out_valid)]
 
-        def fixed(e):
+        # floor(e * 2^64) in two clocks: the shift amounts, then the shift.
+        def shift_amounts(e):
             fields = float32_fields(e)
             exponent = fields.exponent_eff
-            up = (fields.mantissa << (exponent - 86)[:6])[:65]
-            down = (fields.mantissa >> (86 - exponent)[:7])[:65]
-            return Mux(exponent >= 86, up, down)
+            return Cat(fields.mantissa, (exponent - 86)[:6], (86 - exponent)[:7],
+                       exponent >= 86)
 
-        fixed_values = [stage(m, Const(1), fixed(e), name=f"fixed{i}")
+        def fixed(amounts):
+            mantissa, up_by, down_by, up = amounts[:24], amounts[24:30], amounts[30:37], \
+                amounts[37]
+            return Mux(up, (mantissa << up_by)[:65], (mantissa >> down_by)[:65])
+
+        fixed_values = [stage(m, Const(1), fixed(stage(m, Const(1), shift_amounts(e),
+                                                       name=f"shift{i}")), name=f"fixed{i}")
                         for i, e in enumerate(e_values)]
-        fixed_valid = stage(m, Const(1), out_valid, name="fixed_valid")
+        fixed_valid = stage(m, Const(1), stage(m, Const(1), out_valid, name="shift_valid"),
+                            name="fixed_valid")
         lane_sum = stage(m, Const(1), sum(fixed_values[1:], Value.cast(fixed_values[0])),
                          name="lane_sum")
         sum_valid = stage(m, Const(1), fixed_valid, name="sum_valid")
@@ -511,22 +566,23 @@ class LogitsToProbas(KernelComponent):
         with m.If((state == Phase.ROW) & ~seq.busy):
             m.d.sync += [state.eq(Phase.OUT), issue.eq(0)]
 
-        # Output pass: p = e * inv, a 5-stage stalling pipeline (memory read, multiply).
+        # Output pass: p = e * inv, a stalling pipeline (memory read, a register behind the
+        # memory, multiply).
+        out_latency = 2 + Float32Multiply.latency
         source = stream.Signature(1).create()
         m.d.comb += source.valid.eq((state == Phase.OUT) & (issue < words))
-        enable = stalling_handshake(m, latency=1 + Float32Multiply.latency, source=source,
-                                    sink=self.probs)
+        enable = stalling_handshake(m, latency=out_latency, source=source, sink=self.probs)
         with m.If(source.valid & source.ready):
             m.d.sync += issue.eq(issue + 1)
         m.d.comb += [rport.addr.eq(issue), rport.en.eq(Mux(state == Phase.OUT, enable, 1))]
         side = Cat(lane_keep(issue), issue == 0, issue + 1 == words)
-        for index in range(1 + Float32Multiply.latency):
+        for index in range(out_latency):
             side = stage(m, enable, side, name=f"out_side{index}")
         products = []
         for i in range(lanes):
             m.submodules[f"out_mul{i}"] = mul = Float32Multiply()
-            m.d.comb += [mul.en.eq(enable), mul.a.eq(rport.data[32 * i:32 * (i + 1)]),
-                         mul.b.eq(inv)]
+            e_read = stage(m, enable, rport.data[32 * i:32 * (i + 1)], name=f"out_e{i}")
+            m.d.comb += [mul.en.eq(enable), mul.a.eq(e_read), mul.b.eq(inv)]
             products.append(Mux(side[i], mul.result, 0))
         m.d.comb += [self.probs.payload.data.eq(Cat(*products)),
                      self.probs.payload.first.eq(side[lanes]),
@@ -535,8 +591,9 @@ class LogitsToProbas(KernelComponent):
             m.d.comb += next_row.eq(1)
 
         with m.If(next_row):
-            m.d.sync += [row.eq(row + 1), issue.eq(0), have.eq(0)]
-            with m.If(row + 1 == rows):
+            m.d.sync += [row.eq(row + 1), issue.eq(0), have.eq(0),
+                         last_row.eq(row + 2 == rows)]
+            with m.If(last_row):
                 m.d.sync += state.eq(Phase.IDLE)
             with m.Else():
                 m.d.sync += state.eq(Phase.INGEST)

@@ -9,13 +9,13 @@ Two builders turn a straight-line sequence of float32 operations (every ``+``, `
   clock enable for the whole pipeline.
 * :class:`Float32Sequencer`, sequential: one adder and one multiplier shared by every
   operation of one or more small programs (per-row or per-request constants), one operation at
-  a time, results in registers. Slow (``latency + 1`` clocks per operation) and small.
+  a time, results in registers. Slow (``latency + 2`` clocks per operation) and small.
 
 Both accept float32 bit-pattern constants (Python ints) as operands and integer side logic
 (``comb`` / ``fn`` steps) for the non-float parts (bit fields, ROM look-ups, masks).
 """
 
-from amaranth.hdl import Const, Module, Signal, Value
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 
 from .float32 import Float32Add, Float32Multiply
 from .pipeline import stage
@@ -152,11 +152,13 @@ class Float32Sequencer:
 
     Build programs with :meth:`program` (returns its entry point) and the operation methods,
     then call :meth:`elaborate` once. Operands are register names (strs), float32 constants
-    (ints) or Amaranth values (read while the operation issues). ``add``/``sub``/``mul`` take
-    ``latency + 1`` clocks, ``fn`` (integer side logic: a function returning a list of
-    statements, executed on one clock) one clock. A program runs when ``start(name)`` is
-    asserted while :attr:`busy` is low; ``busy`` is high until its last operation has written
-    its result.
+    (ints) or Amaranth values (read on the operation's first clock). ``add``/``sub``/``mul``
+    take ``latency + 2`` clocks: the operands are first registered (an operand register in
+    front of the shared cores, so that the selection by program counter and the cores' first
+    stage are separate register-to-register paths), then the core runs, then the result is
+    written. ``fn`` (integer side logic: a function returning a list of statements, executed
+    on one clock) takes one clock. A program runs when ``start(name)`` is asserted while
+    :attr:`busy` is low; ``busy`` is high until its last operation has written its result.
     """
 
     def __init__(self, *, name: str = "seq"):
@@ -221,14 +223,15 @@ class Float32Sequencer:
         return sum(op[0] != "fn" for op in self._ops[self._entries[name]:end])
 
     def cycles(self, name: str) -> int:
-        """Clocks program ``name`` takes from its start strobe to ``busy`` low."""
+        """Clocks program ``name`` takes from its start strobe to ``busy`` low (``busy`` falls
+        with its last result)."""
         end = self._ends.get(name, len(self._ops))
         total = 0
         for op in self._ops[self._entries[name]:end]:
             if op[0] == "fn":
                 total += 1
             else:
-                total += (Float32Multiply.latency if op[0] == "mul" else Float32Add.latency) + 1
+                total += (Float32Multiply.latency if op[0] == "mul" else Float32Add.latency) + 2
         return total
 
     def elaborate(self, m: Module) -> None:
@@ -238,32 +241,88 @@ class Float32Sequencer:
         m.submodules[f"{self._name}_add"] = adder
         m.submodules[f"{self._name}_mul"] = multiplier
         count = len(self._ops)
+
+        # Every distinct operand (register, constant, value) is one source. What the control
+        # needs of an operation (its operands as one-hot source selections, subtract, the
+        # clock its result leaves the core, whether it is an `fn` step or its program's last
+        # operation) is a constant per operation: it is loaded into registers with the
+        # program counter, so that no path decodes the program counter on its way to the
+        # operand registers or the control (a wide decode there broke the 300 MHz rule).
+        sources, numbers = [], {}
+
+        def number(operand):
+            key = (type(operand).__name__, operand if isinstance(operand, (str, int))
+                   else id(operand))
+            if key not in numbers:
+                numbers[key] = len(sources)
+                sources.append(self._value(operand))
+            return numbers[key]
+
+        lasts = {end - 1 for end in self._ends.values()}
+        decoded = []
+        for index, op in enumerate(self._ops):
+            fields = {"is_fn": op[0] == "fn", "last": index in lasts}
+            if op[0] != "fn":
+                core = Float32Multiply if op[0] == "mul" else Float32Add
+                fields.update(select_a=1 << number(op[2]), select_b=1 << number(op[3]),
+                              subtract=op[0] == "sub", limit=core.latency + 1)
+            decoded.append(fields)
+        limit_max = max(Float32Add.latency, Float32Multiply.latency) + 1
+        control = {"is_fn": Signal(name=f"{self._name}_is_fn"),
+                   "last": Signal(name=f"{self._name}_last"),
+                   "select_a": Signal(len(sources), name=f"{self._name}_select_a"),
+                   "select_b": Signal(len(sources), name=f"{self._name}_select_b"),
+                   "subtract": Signal(name=f"{self._name}_subtract"),
+                   "limit": Signal(range(limit_max + 1), name=f"{self._name}_limit")}
+        operand_a = Signal(32, name=f"{self._name}_operand_a")
+        operand_b = Signal(32, name=f"{self._name}_operand_b")
+
+        def select(one_hot):
+            # An AND-OR multiplexer: shallower than a binary-coded one over this many sources.
+            terms = [Mux(one_hot[i], source, 0) for i, source in enumerate(sources)]
+            return Cat(*(Cat(*(term[bit] for term in terms)).any() for bit in range(32)))
+
+        if sources:
+            m.d.sync += [operand_a.eq(select(control["select_a"])),
+                         operand_b.eq(select(control["select_b"]))]
+        m.d.comb += [adder.a.eq(operand_a), adder.b.eq(operand_b),
+                     adder.subtract.eq(control["subtract"]),
+                     multiplier.a.eq(operand_a), multiplier.b.eq(operand_b)]
+
         pc = Signal(range(count + 1), name=f"{self._name}_pc")
-        end = Signal(range(count + 1), name=f"{self._name}_end")
-        wait = Signal(range(max(Float32Add.latency, Float32Multiply.latency) + 1),
-                      name=f"{self._name}_wait")
+        wait = Signal(range(limit_max + 1), name=f"{self._name}_wait")
+
+        def load(fields):
+            return [control[name].eq(fields.get(name, 0)) for name in control]
+
+        # `ahead` = the control fields of the operation after the program counter's.
+        ahead = {name: Signal.like(signal, name=f"{self._name}_ahead_{name}")
+                 for name, signal in control.items()}
+        with m.Switch(pc):
+            for index, fields in enumerate(decoded[1:]):
+                with m.Case(index):
+                    m.d.comb += [ahead[name].eq(fields.get(name, 0)) for name in control]
+        advance = self.busy & (control["is_fn"] | (wait == control["limit"]))
         with m.If(~self.busy):
             for name, strobe in self._starts.items():
                 with m.If(strobe):
-                    m.d.sync += [self.busy.eq(1), pc.eq(self._entries[name]),
-                                 end.eq(self._ends[name]), wait.eq(0)]
-        with m.Elif(pc == end):
-            m.d.sync += self.busy.eq(0)
+                    entry = self._entries[name]
+                    m.d.sync += [self.busy.eq(1), pc.eq(entry), wait.eq(0),
+                                 *load(decoded[entry])]
+        with m.Elif(advance):
+            # One step per operation; a program ends with its last operation's result.
+            m.d.sync += [pc.eq(pc + 1), wait.eq(0), self.busy.eq(~control["last"]),
+                         *(control[name].eq(ahead[name]) for name in control)]
         with m.Else():
+            m.d.sync += wait.eq(wait + 1)
+        with m.If(advance):
             with m.Switch(pc):
                 for index, op in enumerate(self._ops):
                     with m.Case(index):
                         if op[0] == "fn":
                             m.d.sync += op[1]()
-                            m.d.sync += pc.eq(index + 1)
-                            continue
-                        kind, dst, a, b = op
-                        core = multiplier if kind == "mul" else adder
-                        m.d.comb += [core.a.eq(self._value(a)), core.b.eq(self._value(b))]
-                        if kind != "mul":
-                            m.d.comb += adder.subtract.eq(kind == "sub")
-                        with m.If(wait == core.latency):
-                            m.d.sync += [self.regs[dst].eq(core.result), pc.eq(index + 1),
-                                         wait.eq(0)]
-                        with m.Else():
-                            m.d.sync += wait.eq(wait + 1)
+                        else:
+                            core = multiplier if op[0] == "mul" else adder
+                            # wait 0: operands registered; 1: the core's first stage; the
+                            # result leaves the core `latency` clocks later.
+                            m.d.sync += self.regs[op[1]].eq(core.result)
