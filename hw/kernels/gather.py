@@ -82,7 +82,8 @@ class HiddenStateGather(KernelComponent):
     Members
     -------
     hidden_size : In(range(max_hidden_size + 1))
-        ``H``, static: change it only while the unit is idle.
+        ``H``, static: change it only while the unit is idle (it is registered: the next row
+        may follow a clock later).
     rows : In(stream.Signature(address_width))
         Source row numbers ``b*W + parent``, one per selected child.
     read_address : Out(stream.Signature(address_width))
@@ -113,14 +114,18 @@ class HiddenStateGather(KernelComponent):
         m = Module()
         params = self._params
         shift = params.lanes.bit_length() - 1
+        # The row length and its last word index, registered: `hidden_size` is static, and
+        # the compares with the word counters then start from flip-flops.
         words = Signal(range(params.words_per_row(params.max_hidden_size) + 1))
-        m.d.comb += words.eq((self.hidden_size + params.lanes - 1) >> shift)
+        last_index = Signal(range(-1, params.words_per_row(params.max_hidden_size)))
+        words_now = (self.hidden_size + params.lanes - 1) >> shift
+        m.d.sync += [words.eq(words_now), last_index.eq(words_now - 1)]
 
         # Address side: one word address per clock, the next row loads on the last word.
         busy = Signal()
         row_base = Signal(params.address_width)
         word = Signal.like(words)
-        last_word = word == words - 1
+        last_word = word == last_index
         m.d.comb += [
             self.read_address.valid.eq(busy),
             self.read_address.payload.eq(row_base + word),
@@ -142,7 +147,7 @@ class HiddenStateGather(KernelComponent):
         m.submodules.output_slice = out = RegisterSlice(params.output_layout)
         wiring.connect(m, out.o, wiring.flipped(self.o))
         out_word = Signal.like(words)
-        out_last = out_word == words - 1
+        out_last = out_word == last_index
         m.d.comb += [
             out.i.valid.eq(self.read_data.valid),
             self.read_data.ready.eq(out.i.ready),

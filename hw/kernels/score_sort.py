@@ -53,8 +53,9 @@ class ScoreSortParams(ParameterRecord):
 
     @property
     def sort_latency(self) -> int:
-        """Clocks of the network: one per ``stages_per_register`` stages."""
-        return -(-self.stage_count // self.stages_per_register)
+        """Clocks of the network: its input register and one per ``stages_per_register``
+        stages (``BitonicSorter.latency``)."""
+        return 1 + -(-self.stage_count // self.stages_per_register)
 
     @property
     def latency(self) -> int:

@@ -74,8 +74,9 @@ class BitonicSorter(wiring.Component):
     ``float32_less``), and
     the bit pattern (sign of zero and NaN payload included) is rebuilt at the output.
 
-    A pipeline register follows every ``stages_per_register`` stages (and the last stage), so
-    one set of lanes enters per clock and leaves ``latency`` clocks later; ``en`` low freezes
+    A pipeline register follows the input conversion and every ``stages_per_register``
+    stages (and the last stage), so one set of lanes enters per clock and leaves ``latency``
+    clocks later; ``en`` low freezes
     the whole pipeline (drive it from ``hw.lib.stream.stalling_handshake``). The order of the
     outputs, ties included, is exactly the spec's (lane padding is the caller's business: feed
     the pad -1e10 to unused lanes).
@@ -95,7 +96,7 @@ class BitonicSorter(wiring.Component):
     stages : list
         ``bitonic_stages(width)``.
     latency : int
-        Clocks from input to output: ``ceil(len(stages) / stages_per_register)``.
+        Clocks from input to output: ``1 + ceil(len(stages) / stages_per_register)``.
 
     Members
     -------
@@ -155,7 +156,7 @@ class BitonicSorter(wiring.Component):
 
     @property
     def latency(self):
-        return -(-len(self._stages) // self._stages_per_register)
+        return 1 + -(-len(self._stages) // self._stages_per_register)
 
     def elaborate(self, platform):
         m = Module()
@@ -164,6 +165,10 @@ class BitonicSorter(wiring.Component):
             fields = float32_fields(self.keys[lane])
             lanes.append(Cat(float32_order_key(self.keys[lane]), fields.sign & fields.is_zero,
                              ~fields.is_nan, self.payloads[lane]))
+        # The conversion (a negation) has a register of its own: with the first stage's
+        # compare behind it, one clock would hold two carry chains in a row.
+        lanes = [delay(m, self.en, word, 1, name=f"in_lane{lane}")
+                 for lane, word in enumerate(lanes)]
 
         # Lane words stay separate signals of at most 64 bits (one machine word each in a
         # Verilator model); the swap decision of a pair is computed once.
