@@ -10,9 +10,9 @@ import hw.kernels.tree_mask as tree_mask_module
 from hw.kernels.tree_mask import (
     TreeMask,
     TreeMaskParams,
-    lowest_set_bit,
     synthesis_parameters,
 )
+from hw.lib.logic import lowest_set_bit
 from sim.amaranth_tb import simulate
 from sim.harness import BUILD_ROOT
 from sim.targets import NotMeasured, contract_spec

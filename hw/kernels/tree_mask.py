@@ -40,10 +40,19 @@ from amaranth.lib.memory import Memory
 
 from hw.lib.component import KernelComponent
 from hw.lib.float32 import float32_order_key
+from hw.lib.logic import (
+    at_least_two,
+    lowest_one_hot,
+    lowest_set_bit,
+    one_hot,
+    one_hot_index,
+    or_tree,
+    predecode,
+)
 from hw.lib.params import ParameterRecord, index_bits, parameter
 from hw.lib.stream import RegisterSlice, packet_layout
 
-__all__ = ["TreeMaskParams", "TreeMask", "TreeMaskMode", "MAX_MASK_LANES", "lowest_set_bit",
+__all__ = ["TreeMaskParams", "TreeMask", "TreeMaskMode", "MAX_MASK_LANES",
            "synthesis_parameters", "synthesis_configuration"]
 
 MAX_MASK_LANES = 1024
@@ -55,23 +64,6 @@ class TreeMaskMode:
     FULL_MASK = 0
     QLEN_ONLY = 1
     QLEN_ONLY_BITPACKING = 2
-
-
-def lowest_set_bit(value: Value) -> tuple[Value, Value]:
-    """``(index, any)``: the index of the lowest set bit of ``value`` (0 when none), as a
-    balanced tree (logarithmic depth), and whether any bit is set (combinational)."""
-    value = Value.cast(value)
-    width = len(value)
-    if width == 1:
-        return Const(0, 1), value[0]
-    low_width = 1 << ((width - 1).bit_length() - 1)  # largest power of two below width
-    low, high = value[:low_width], value[low_width:]
-    low_index, low_any = lowest_set_bit(low)
-    high_index, high_any = lowest_set_bit(high)
-    bits = (low_width - 1).bit_length()  # the high index plus low_width, without an adder
-    high_index = Cat(high_index, Const(0, bits))[:bits]
-    index = Mux(low_any, low_index, Cat(high_index, Const(1, 1)))[:index_bits(width)]
-    return index, low_any | high_any
 
 
 def at_least_late(m: Module, value: Value, constants, name: str) -> dict:
@@ -104,17 +96,6 @@ def at_least_late(m: Module, value: Value, constants, name: str) -> dict:
     return result
 
 
-def at_least_two(value: Value) -> Value:
-    """Whether ``value`` has two or more bits set, as a balanced tree (no carry chain)."""
-    def count(bits):  # (any, two or more)
-        if len(bits) == 1:
-            return bits[0], Const(0, 1)
-        half = len(bits) // 2
-        (low_any, low_two), (high_any, high_two) = count(bits[:half]), count(bits[half:])
-        return low_any | high_any, low_two | high_two | (low_any & high_any)
-    return count(Value.cast(value))[1]
-
-
 def key_at_least(key: Value, bits: Value) -> Value:
     """``key >= float32_order_key(bits)`` for a signed 32-bit order key, in one compare.
 
@@ -127,47 +108,6 @@ def key_at_least(key: Value, bits: Value) -> Value:
     flipped = (Value.cast(key).as_unsigned() ^ sign.replicate(32)).as_signed()
     greater = Cat(magnitude, Const(0, 1)).as_signed() > flipped
     return greater ^ ~sign
-
-
-def lowest_one_hot(value: Value) -> Value:
-    """The lowest set bit of ``value`` alone (``value & -value``: one carry chain)."""
-    value = Value.cast(value)
-    return (value & -value)[:len(value)]
-
-
-def one_hot_index(one_hot: Value, width: int) -> Value:
-    """The index of the set bit of ``one_hot`` (``width`` bits; 0 when none), as OR trees."""
-    one_hot = Value.cast(one_hot)
-    return Cat(or_tree([Const(0, 1), *(one_hot[i] for i in range(len(one_hot)) if i >> b & 1)])
-               for b in range(width))
-
-
-def predecode(index: Value) -> Value:
-    """The one-hot decodes of the low and the high half of ``index``, side by side."""
-    index = Value.cast(index)
-    half = len(index) // 2
-    return Cat(*(index[:half] == i for i in range(1 << half)),
-               *(index[half:] == i for i in range(1 << (len(index) - half))))
-
-
-def one_hot(index: Value, width: int, predecoded: Value | None = None) -> Value:
-    """``1 << index`` in ``width`` bits as an AND of the two halves' decodes (``predecoded``:
-    ``predecode(index)``, if already at hand): the mapper otherwise shares a decode as chains
-    of small LUTs."""
-    index = Value.cast(index)
-    half = len(index) // 2
-    pre = predecode(index) if predecoded is None else predecoded
-    return Cat(pre[(1 << half) + (j >> half)] & pre[j & ((1 << half) - 1)]
-               for j in range(width))
-
-
-def or_tree(values) -> Value:
-    """The OR of ``values`` as a balanced tree (logarithmic depth)."""
-    values = [Value.cast(v) for v in values]
-    while len(values) > 1:
-        values = [values[i] | values[i + 1] if i + 1 < len(values) else values[i]
-                  for i in range(0, len(values), 2)]
-    return values[0]
 
 
 @dataclass(frozen=True)
