@@ -499,31 +499,23 @@ class ExactSumScanner(wiring.Component):
         # --- hit check (three clocks: the sums' float32 bits, the comparisons, the first lane) --
         # prefix > threshold for a prefix >= +0 and a threshold >= -0.0: magnitudes.
         threshold = self.threshold[:31]
-        hv0 = Signal()
-        hi0 = Signal(index_shape)
-        hm0 = Signal(lanes)
-        hs0 = [Signal(31, name=f"hs0_{j}") for j in range(lanes)]
-        m.d.sync += [hv0.eq(h_valid), hi0.eq(h_index), hm0.eq(h_mask & h_positive),
-                     *(hs0[j].eq(state_bits(h_sum[j][:25], h_e, h_inf)[:31])
-                       for j in range(lanes))]
+        hv0 = stage(m, one, h_valid, name="hv0")
+        hi0 = stage(m, one, h_index, name="hi0")
+        hm0 = stage(m, one, h_mask & h_positive, name="hm0")
+        hs0 = [stage(m, one, state_bits(h_sum[j][:25], h_e, h_inf)[:31], name=f"hs0_{j}")
+               for j in range(lanes)]
         # The single-value hit waits beside it, to keep the lane order of the hits.
-        sv0 = Signal()
-        si0 = Signal(index_shape)
-        sl0 = Signal(lane_shape)
-        sb0 = Signal(32)
-        m.d.sync += [sv0.eq(single_valid), si0.eq(single_index), sl0.eq(single_lane),
-                     sb0.eq(single_bits)]
-        hv1 = Signal()
-        hi1 = Signal(index_shape)
-        hb1 = Signal(lanes)
-        sv1 = Signal()
-        si1 = Signal(index_shape)
-        sl1 = Signal(lane_shape)
-        m.d.sync += [
-            hv1.eq(hv0), hi1.eq(hi0),
-            hb1.eq(Cat(*(hm0[j] & (hs0[j] > threshold) for j in range(lanes)))),
-            sv1.eq(sv0 & (sb0[:31] > threshold)), si1.eq(si0), sl1.eq(sl0),
-        ]
+        sv0 = stage(m, one, single_valid, name="sv0")
+        si0 = stage(m, one, single_index, name="si0")
+        sl0 = stage(m, one, single_lane, name="sl0")
+        sb0 = stage(m, one, single_bits, name="sb0")
+        hv1 = stage(m, one, hv0, name="hv1")
+        hi1 = stage(m, one, hi0, name="hi1")
+        hb1 = stage(m, one, Cat(*(hm0[j] & (hs0[j] > threshold) for j in range(lanes))),
+                    name="hb1")
+        sv1 = stage(m, one, sv0 & (sb0[:31] > threshold), name="sv1")
+        si1 = stage(m, one, si0, name="si1")
+        sl1 = stage(m, one, sl0, name="sl1")
         any_hit, hit_first = first_set(m, [hb1[j] for j in range(lanes)], name="hit")
         with m.If(~self.hit):
             with m.If(hv1 & any_hit):
