@@ -97,11 +97,12 @@ def test_parameter_records_and_layouts():
     assert (params.node_top_k, params.max_tree_width, params.sort_width, params.count_width,
             params.hot_vocab_size, params.remap_lanes, params.element_width,
             params.hidden_lanes, params.max_candidates) == (10, 6, 64, 32, 100, 3, 16, 4, 60)
-    assert params.score_latency == Float32Multiply.latency + 21 + 1 + 1
+    # multiply, the network's input register, its 21 stages, index arithmetic, output slice
+    assert params.score_latency == Float32Multiply.latency + 1 + 21 + 1 + 1
     with pytest.raises(AttributeError):
         params.node_top_k = 4
     assert ScoreSortParams(node_top_k=10, max_tree_width=10,
-                           sort_width=128).latency == Float32Multiply.latency + 28 + 1
+                           sort_width=128).latency == Float32Multiply.latency + 1 + 28 + 1
     assert params.request_layout.size == 60 * 32 + 6 * 32 + 3 + 32 + 2
     assert params.table_layout.size == 7 + 32 and params.hidden_word_layout.size == 64
     assert set(params.ports) == {"requests", "results", "tokens", "remapped_tokens",
@@ -186,7 +187,7 @@ def test_sorter_matches_golden_network_ties_zeros_nan(stages_per_register):
     rows[3][:3] = np.array([0x7FC00000, 0xFF800001, 0x7F812345], np.uint32).view(np.float32)
     keys = np.stack(rows).view(np.uint32)
     sorter = BitonicSorter(width=64, payload_width=6, stages_per_register=stages_per_register)
-    assert sorter.latency == -(-21 // stages_per_register)
+    assert sorter.latency == 1 + -(-21 // stages_per_register)  # input register + stages
     scores, indices = _sort_rows(sorter, keys)
     expected_scores, expected_indices = bitonic_sort_desc(keys.view(np.float32))
     np.testing.assert_array_equal(scores, expected_scores.view(np.uint32))  # NaN bits too

@@ -83,7 +83,7 @@ class HiddenStateGather(KernelComponent):
     -------
     hidden_size : In(range(max_hidden_size + 1))
         ``H``, static: change it only while the unit is idle (it is registered: the next row
-        may follow a clock later).
+        may follow a clock later; ``rows`` is not ready in the first clock after reset).
     rows : In(stream.Signature(address_width))
         Source row numbers ``b*W + parent``, one per selected child.
     read_address : Out(stream.Signature(address_width))
@@ -120,6 +120,9 @@ class HiddenStateGather(KernelComponent):
         last_index = Signal(range(-1, params.words_per_row(params.max_hidden_size)))
         words_now = (self.hidden_size + params.lanes - 1) >> shift
         m.d.sync += [words.eq(words_now), last_index.eq(words_now - 1)]
+        # They hold `hidden_size`'s values from the clock after reset on: no row before that.
+        primed = Signal()
+        m.d.sync += primed.eq(1)
 
         # Address side: one word address per clock, the next row loads on the last word.
         busy = Signal()
@@ -129,7 +132,7 @@ class HiddenStateGather(KernelComponent):
         m.d.comb += [
             self.read_address.valid.eq(busy),
             self.read_address.payload.eq(row_base + word),
-            self.rows.ready.eq(~busy | (self.read_address.ready & last_word)),
+            self.rows.ready.eq(primed & (~busy | (self.read_address.ready & last_word))),
         ]
         with m.If(self.rows.valid & self.rows.ready):
             m.d.sync += [
