@@ -82,6 +82,24 @@ def _near_cancellation(rng, n):
     return a, b
 
 
+def _sparse_alignment(rng, n):
+    """Pairs whose smaller operand has one or two random fraction bits set, the one bit the
+    alignment shift leaves at the sum's lowest (sticky) position, or none, at an exponent
+    0..35 below the larger's (half of them 23..27, where the smaller's leading one is near
+    the guard bit and the sticky bit decides a tie): the sticky bit at each boundary."""
+    a = _with_exponent(rng, n, 40, 254)
+    distance = np.where(rng.random(n) < 0.5, rng.integers(0, 36, size=n),
+                        rng.integers(23, 28, size=n)).astype(np.uint32)
+    exponents = (a >> np.uint32(23)) & np.uint32(0xFF)
+    bits = [np.uint32(1) << rng.integers(0, 23, size=n).astype(np.uint32) for _ in range(2)]
+    boundary = np.uint32(1) << np.clip(distance.astype(np.int64) - 3, 0, 22).astype(np.uint32)
+    fraction = np.where(rng.random(n) < 0.5, bits[0], bits[0] | bits[1])
+    fraction = np.where(rng.random(n) < 0.3, boundary, fraction)
+    fraction = np.where(rng.random(n) < 0.1, np.uint32(0), fraction).astype(np.uint32)
+    b = fraction | ((exponents - distance) << np.uint32(23))
+    return a, b | (_uniform_bits(rng, n) & np.uint32(0x8000_0000))
+
+
 def random_operands(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
     """``n`` operand pairs (uint32 bit patterns), a mix of every class the cores must handle.
 
@@ -103,6 +121,7 @@ def random_operands(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.nd
         lambda k: _product_ties(rng, k),
         lambda k: _sum_ties(rng, k),
         lambda k: _near_cancellation(rng, k),
+        lambda k: _sparse_alignment(rng, k),
     ]
     counts = np.bincount(rng.integers(0, len(generators), size=n), minlength=len(generators))
     parts = [generate(int(count)) for generate, count in zip(generators, counts, strict=True)]
