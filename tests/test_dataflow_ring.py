@@ -115,6 +115,34 @@ def test_command_ring_back_pressure_holds_one_descriptor_and_honours_enable():
     simulate(dut, bench, background=[memory.serve_read(dut.port, 64)])
 
 
+def test_command_ring_clear_forgets_the_old_indices():
+    """A clear with an empty ring (``head`` 0, the old ``tail`` elsewhere) reads nothing,
+    though ``pending`` is a register: the clear resets it with ``tail``."""
+    layout = _layout("small")
+    dut = CommandRing(layout, address_width=16, port_bits=32)
+    memory = CardMemory(1 << 10, seed=2, latency=(0, 2))
+    memory.write_words(0x80, [11, 12, 13, 14])
+
+    async def bench(ctx):
+        ctx.set(dut.base, 0x80)
+        ctx.set(dut.entries, 4)
+        ctx.set(dut.enable, 1)
+        ctx.set(dut.head, 3)
+        assert [item.as_bits() for item in await collect(ctx, dut.command, 3)] == [11, 12, 13]
+        ctx.set(dut.head, 0)
+        ctx.set(dut.clear, 1)
+        await ctx.tick()
+        ctx.set(dut.clear, 0)
+        for _ in range(30):
+            assert not ctx.get(dut.command.valid) and not ctx.get(dut.busy)
+            assert ctx.get(dut.tail) == 0 and not ctx.get(dut.pending)
+            await ctx.tick()
+        ctx.set(dut.head, 1)
+        assert [item.as_bits() for item in await collect(ctx, dut.command, 1)] == [11]
+
+    simulate(dut, bench, background=[memory.serve_read(dut.port, 32)])
+
+
 @pytest.mark.parametrize("layout_name,port_bits,entries,stall", [
     ("completion", 32, 2, 0.0), ("completion", 256, 4, 0.3), ("odd", 64, 3, 0.5)])
 def test_completion_ring_records_in_order_and_stalls_when_full(layout_name, port_bits, entries,

@@ -90,7 +90,8 @@ class CommandRing(wiring.Component):
     clear : In(1)
         Reset ``tail`` to 0 (a pulse while ``busy`` is low).
     pending : Out(1)
-        The ring holds a descriptor not read yet.
+        The ring holds a descriptor not read yet (a register: one clock behind ``head`` and
+        ``tail``, keeping their 32-bit compares off the read's start).
     busy : Out(1)
         A descriptor is being read or waits on ``command``.
     """
@@ -125,7 +126,7 @@ class CommandRing(wiring.Component):
         offset = Signal.like(self.base)  # tail * descriptor bytes
         buffer = Signal(32 * words)
         count = Signal(range(words + 1))
-        m.d.comb += self.pending.eq((self.entries >= 2) & (self.head < self.entries)
+        m.d.sync += self.pending.eq((self.entries >= 2) & (self.head < self.entries)
                                     & (self.head != self.tail))
         with m.FSM(name="ring"):
             with m.State("IDLE"):
@@ -148,7 +149,7 @@ class CommandRing(wiring.Component):
                 with m.If(self.command.ready):
                     m.next = "IDLE"
         with m.If(self.clear):
-            m.d.sync += [self.tail.eq(0), offset.eq(0)]
+            m.d.sync += [self.tail.eq(0), offset.eq(0), self.pending.eq(0)]
         return m
 
 
@@ -158,7 +159,10 @@ class CompletionRing(wiring.Component):
 
     A completion is taken when the ring has room (advancing ``head`` would not reach
     ``tail``; ``entries >= 2``, ``head`` and ``tail`` below ``entries``): a full ring stalls
-    ``completion`` and overwrites nothing. Its record (the packed completion, then its
+    ``completion`` and overwrites nothing. Room is a register, one clock behind ``tail`` (the
+    host's moves only free entries) and cleared while ``head`` moves: after each record one
+    clock passes before the next completion is taken, and the 32-bit compares stay off the
+    completion's handshake. Its record (the packed completion, then its
     ``sequence`` number) is written at ``head``; once every write has its response, ``head``
     and ``sequence`` advance and ``event`` pulses.
 
@@ -229,9 +233,10 @@ class CompletionRing(wiring.Component):
         offset = Signal.like(self.base)  # head * record bytes
         buffer = Signal(32 * words)
         next_head = Mux(self.head + 1 == self.entries, 0, self.head + 1)
-        room = ((self.entries >= 2) & (self.head < self.entries) & (self.tail < self.entries)
-                & (next_head != self.tail))
-        m.d.sync += self.event.eq(0)
+        room = Signal()
+        m.d.sync += [room.eq((self.entries >= 2) & (self.head < self.entries)
+                             & (self.tail < self.entries) & (next_head != self.tail)),
+                     self.event.eq(0)]
         with m.FSM(name="ring"):
             with m.State("IDLE"):
                 m.d.comb += self.completion.ready.eq(room)
@@ -249,10 +254,12 @@ class CompletionRing(wiring.Component):
                     m.d.sync += buffer.eq(buffer[32:])
                 with m.If(~writer.busy):
                     _advance(m, self.head, offset, self.entries, 4 * words)
-                    m.d.sync += [self.sequence.eq(self.sequence + 1), self.event.eq(1)]
+                    m.d.sync += [self.sequence.eq(self.sequence + 1), self.event.eq(1),
+                                 room.eq(0)]
                     m.next = "IDLE"
         with m.If(writer.errors):
             m.d.sync += self.error.eq(1)
         with m.If(self.clear):
-            m.d.sync += [self.head.eq(0), offset.eq(0), self.sequence.eq(0), self.error.eq(0)]
+            m.d.sync += [self.head.eq(0), offset.eq(0), self.sequence.eq(0), self.error.eq(0),
+                         room.eq(0)]
         return m
