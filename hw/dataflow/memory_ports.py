@@ -40,6 +40,23 @@ def write_port_signature(address_width: int, data_width: int) -> wiring.Signatur
     })
 
 
+class _Countdown:
+    """A down counter with its ``!= 0`` and ``== 1`` tests kept in registers beside it: they
+    gate the ports' handshakes, and the counters are up to 17 bits wide."""
+
+    def __init__(self, limit: int, *, name: str):
+        self.value = Signal(range(limit + 1), name=name)
+        self.nonzero = Signal(name=f"{name}_nonzero")
+        self.last = Signal(name=f"{name}_last")  # value == 1
+
+    def load(self, m: Module, value):
+        m.d.sync += [self.value.eq(value), self.nonzero.eq(value != 0), self.last.eq(value == 1)]
+
+    def decrement(self, m: Module):
+        m.d.sync += [self.value.eq(self.value - 1), self.nonzero.eq(~self.last),
+                     self.last.eq(self.value == 2)]
+
+
 def _check_port(address_width, port_bits):
     check_int("address_width", address_width, 16, 64)
     check_power_of_two("port_bits", port_bits, 32, 1024)
@@ -93,27 +110,28 @@ class WordReader(wiring.Component):
         lane_bits = max(1, (lanes - 1).bit_length())
         ar, r = self.port.ar, self.port.r
 
-        beats_left = Signal(range(self._max_words + 2))  # bursts not yet requested
-        words_left = Signal(range(self._max_words + 1))  # words not yet streamed out
+        beats_left = _Countdown(self._max_words + 1, name="beats_left")  # bursts not requested
+        words_left = _Countdown(self._max_words, name="words_left")  # words not streamed out
         lane = Signal(lane_bits)
         beat = Signal(32 * lanes)
         beat_valid = Signal()
 
-        m.d.comb += [ar.valid.eq(beats_left != 0), ar.payload.length.eq(0),
-                     self.busy.eq(words_left != 0)]
+        m.d.comb += [ar.valid.eq(beats_left.nonzero), ar.payload.length.eq(0),
+                     self.busy.eq(words_left.nonzero)]
         with m.If(ar.valid & ar.ready):
-            m.d.sync += [ar.payload.address.eq(ar.payload.address + port_bytes),
-                         beats_left.eq(beats_left - 1)]
+            m.d.sync += ar.payload.address.eq(ar.payload.address + port_bytes)
+            beats_left.decrement(m)
 
         word_lanes = [beat[32 * i:32 * (i + 1)] for i in range(lanes)]
         m.d.comb += [self.words.valid.eq(beat_valid),
                      self.words.payload.eq(Cat(word_lanes).word_select(lane, 32)
                                            if lanes > 1 else beat)]
         taken = self.words.valid & self.words.ready
-        beat_done = taken & ((lane == lanes - 1) | (words_left == 1))
+        beat_done = taken & ((lane == lanes - 1) | words_left.last)
         m.d.comb += r.ready.eq(~beat_valid | beat_done)
         with m.If(taken):
-            m.d.sync += [words_left.eq(words_left - 1), lane.eq(lane + 1)]
+            m.d.sync += lane.eq(lane + 1)
+            words_left.decrement(m)
         with m.If(beat_done):
             m.d.sync += [beat_valid.eq(0), lane.eq(0)]
         with m.If(r.valid & r.ready):
@@ -121,13 +139,11 @@ class WordReader(wiring.Component):
 
         with m.If(self.start):
             first_lane = self.address[2:2 + lane_bits] if lanes > 1 else 0
-            m.d.sync += [
-                ar.payload.address.eq(self.address & ~(port_bytes - 1)),
-                beats_left.eq(Mux(self.count == 0, 0,
-                                   (first_lane + self.count + lanes - 1) // lanes)),
-                words_left.eq(self.count),
-                lane.eq(first_lane),
-            ]
+            m.d.sync += [ar.payload.address.eq(self.address & ~(port_bytes - 1)),
+                         lane.eq(first_lane)]
+            beats_left.load(m, Mux(self.count == 0, 0,
+                                   (first_lane + self.count + lanes - 1) // lanes))
+            words_left.load(m, self.count)
         return m
 
 
@@ -177,7 +193,7 @@ class WordWriter(wiring.Component):
         lane_bits = max(1, (lanes - 1).bit_length())
         aw, w, b = self.port.aw, self.port.w, self.port.b
 
-        words_left = Signal(range(self._max_words + 1))  # words not yet taken
+        words_left = _Countdown(self._max_words, name="words_left")  # words not yet taken
         responses_left = Signal(range(self._max_words + 2))  # bursts without a response
         lane = Signal(lane_bits)
         beat = Signal(32 * lanes)
@@ -190,7 +206,7 @@ class WordWriter(wiring.Component):
                      aw.payload.length.eq(0), w.payload.data.eq(beat), w.payload.last.eq(1),
                      w.payload.strobe.eq(Cat(s.replicate(4) for s in strobe)),
                      b.ready.eq(1),
-                     self.busy.eq((words_left != 0) | (responses_left != 0))]
+                     self.busy.eq(words_left.nonzero | (responses_left != 0))]
         with m.If(aw.valid & aw.ready):
             m.d.sync += aw_pending.eq(0)
         with m.If(w.valid & w.ready):
@@ -202,14 +218,15 @@ class WordWriter(wiring.Component):
 
         # Fill the beat register; it is sent when its last lane (or the run's last word) is in.
         # A new beat may start only once both channels have taken the previous one.
-        m.d.comb += self.words.ready.eq((words_left != 0) & ~aw_pending & ~w_pending)
+        m.d.comb += self.words.ready.eq(words_left.nonzero & ~aw_pending & ~w_pending)
         with m.If(self.words.valid & self.words.ready):
             for i in range(lanes):
                 with m.If(lane == i):
                     m.d.sync += [beat[32 * i:32 * (i + 1)].eq(self.words.payload),
                                  strobe[i].eq(1)]
-            m.d.sync += [words_left.eq(words_left - 1), lane.eq(lane + 1)]
-            with m.If((lane == lanes - 1) | (words_left == 1)):
+            m.d.sync += lane.eq(lane + 1)
+            words_left.decrement(m)
+            with m.If((lane == lanes - 1) | words_left.last):
                 m.d.sync += [aw_pending.eq(1), w_pending.eq(1), lane.eq(0),
                              aw.payload.address.eq(address)]
                 m.d.sync += responses_left.eq(responses_left + 1 - (b.valid & b.ready))
@@ -221,8 +238,9 @@ class WordWriter(wiring.Component):
 
         with m.If(self.start):
             first_lane = self.address[2:2 + lane_bits] if lanes > 1 else 0
-            m.d.sync += [address.eq(self.address & ~(port_bytes - 1)),
-                         words_left.eq(self.count), lane.eq(first_lane), self.errors.eq(0)]
+            m.d.sync += [address.eq(self.address & ~(port_bytes - 1)), lane.eq(first_lane),
+                         self.errors.eq(0)]
+            words_left.load(m, self.count)
         return m
 
 
