@@ -571,6 +571,13 @@ class UpdateCumuDraftState(KernelComponent):
         links_done = rx_done & (link_w == width)
         with m.If(link_go):
             m.d.sync += [link_w.eq(link_w + 1), link_value.eq(link_value + K)]
+        # The link's write is registered (its condition and the parent's lookup would be too
+        # deep for the block RAM's write enable): the last one lands in the clock `finished`
+        # is decided, while `running` still holds the write port.
+        link_write = stage(m, always, link_go & (link_parent >= 0) & (link_parent < MAXN),
+                           name="link_write")
+        link_addr = stage(m, always, node_base + link_parent[:len(node_base)], name="link_addr")
+        link_data = stage(m, always, link_value, name="link_data")
 
         # Arrival flags for the beat counts after this clock (kept in registers: comparing the
         # beat count in front of the pick and the lookup would be too deep for one clock).
@@ -690,12 +697,9 @@ class UpdateCumuDraftState(KernelComponent):
                 wr["node"].data.tok.eq(s_tok), wr["node"].data.score.eq(mul.result),
                 wr["node"].data.delta.eq(depth), wr["node"].data.prev.eq(s_prev),
                 wr["node"].data.side.eq(s_side),
-                wr["next"].addr.eq(Mux(rx_done, node_base + link_parent[:len(node_base)],
-                                       append_addr)),
-                wr["next"].data.eq(Mux(rx_done, link_value, -1)),
-                wr["next"].en.eq(write_ok & Mux(
-                    rx_done, link_go & (link_parent >= 0) & (link_parent < MAXN),
-                    append_valid)),
+                wr["next"].addr.eq(Mux(rx_done, link_addr, append_addr)),
+                wr["next"].data.eq(Mux(rx_done, link_data, -1)),
+                wr["next"].en.eq(write_ok & Mux(rx_done, link_write, append_valid)),
                 wr["out_score"].addr.eq(out_base + t), wr["out_score"].data.eq(req.sorted_score),
                 wr["out_score"].en.eq(beat & (t < K) & write_ok),
                 rd["out_score"].addr.eq(out_base + copy_i), rd["out_score"].en.eq(1),
