@@ -2,11 +2,13 @@
 
 ``random_operands`` mixes random bit patterns, ordinary normals, subnormals, zeros, infinities,
 NaNs, operand pairs whose product or sum overflows or underflows, and pairs whose exact result
-lies exactly halfway between two float32 values (round-to-even ties). ``divide_operands`` adds
-division-specific pairs to that mix: subnormal quotients with exact rounding ties, quotients
-near the overflow and underflow thresholds, and the K6 operating range (``prob_acc`` in
-``[0, 2]`` over ``max(threshold_acc, 1e-9)`` in ``[1e-9, 1]``). ``directed_operands`` is every
-pair of a list of corner values. The reference is numpy float32 arithmetic.
+lies exactly halfway between two float32 values (round-to-even ties), near cancellations, and
+sums whose smaller addend has one or two ones placed around the alignment's sticky bit.
+``divide_operands`` adds division-specific pairs to that mix: subnormal quotients with exact
+rounding ties, quotients near the overflow and underflow thresholds, and the K6 operating range
+(``prob_acc`` in ``[0, 2]`` over ``max(threshold_acc, 1e-9)`` in ``[1e-9, 1]``).
+``directed_operands`` is every pair of a list of corner values. The reference is numpy float32
+arithmetic.
 """
 
 import numpy as np
