@@ -14,7 +14,7 @@ from sim.float32.vectors import directed_operands, divide_operands, mismatches, 
 from sim.harness import BUILD_ROOT
 
 
-def run_divider(a, b, *, bits_per_stage=2, en_pattern=None):
+def run_divider(a, b, *, bits_per_stage=1, en_pattern=None):
     """Quotients of ``Float32Divide`` for operand arrays on Amaranth's simulator (one pair per
     enabled clock; ``en_pattern`` cycles a clock-enable pattern)."""
     core = Float32Divide(bits_per_stage=bits_per_stage)
@@ -53,11 +53,11 @@ def test_invalid_parameters(value, message):
 
 
 def test_latency():
-    assert Float32Divide().latency == 4 + 13
-    assert Float32StreamParams("div").latency == Float32OpStream("div").latency == 4 + 13
-    assert Float32StreamParams("div", bits_per_stage=5).latency == 4 + 5
-    assert Float32Divide(bits_per_stage=1).latency == 4 + 25
-    assert Float32Divide(bits_per_stage=5).latency == 4 + 5
+    assert Float32Divide().latency == 5 + 25
+    assert Float32StreamParams("div").latency == Float32OpStream("div").latency == 5 + 25
+    assert Float32StreamParams("div", bits_per_stage=5).latency == 5 + 5
+    assert Float32Divide(bits_per_stage=2).latency == 5 + 13
+    assert Float32Divide(bits_per_stage=5).latency == 5 + 5
     with pytest.raises(AttributeError):
         Float32Divide().bits_per_stage = 3
 

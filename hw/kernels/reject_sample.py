@@ -104,7 +104,8 @@ class RejectSampleParams(ParameterRecord):
     index_width: int = parameter(32, "Bits of ``retrive_index`` values.", hi=64)
     address_width: int = parameter(32, "Bits of word addresses.", hi=64)
     divider_bits_per_stage: int = parameter(
-        2, "``Float32Divide.bits_per_stage`` of the ``threshold_acc`` divider.", hi=25)
+        1, "``Float32Divide.bits_per_stage`` of the ``threshold_acc`` divider (two break the "
+           "300 MHz rule of docs/timing.md).", hi=25)
 
     def check(self):
         if (self.max_vocab_size - 1) >> self.token_width:

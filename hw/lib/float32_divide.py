@@ -8,14 +8,15 @@ Fully pipelined: one division per clock, a fixed :attr:`Float32Divide.latency`, 
 
 Datapath (restoring division on the normalised significands):
 
-1. Decode, special cases; subnormal significands are normalised (leading-zero count and left
-   shift), so both significands ``A, B`` lie in ``[2^23, 2^24)``; exponent difference.
-2. ``X = A`` if ``A >= B`` else ``2A`` (the exponent drops by one), so ``X / B`` is in ``[1, 2)``.
-3. 25 quotient bits ``Q`` (24 significand bits and the guard bit) by restoring division,
+1. Decode, special cases, the significands' leading-zero counts.
+2. Subnormal significands are normalised (the left shift), so both significands ``A, B``
+   lie in ``[2^23, 2^24)``; exponent difference.
+3. ``X = A`` if ``A >= B`` else ``2A`` (the exponent drops by one), so ``X / B`` is in ``[1, 2)``.
+4. 25 quotient bits ``Q`` (24 significand bits and the guard bit) by restoring division,
    ``bits_per_stage`` bits per pipeline stage; the final remainder is the sticky bit.
-4. A quotient below the normal range is shifted right into the subnormal position, shifted-out
+5. A quotient below the normal range is shifted right into the subnormal position, shifted-out
    bits joining the sticky bit (exact: only guard and sticky decide the rounding).
-5. Round to nearest even; the rounding carry ripples into the exponent field (largest
+6. Round to nearest even; the rounding carry ripples into the exponent field (largest
    subnormal to smallest normal, largest finite to infinity).
 
 No ties can occur in the normal range (a midpoint needs 25 significant bits, a quotient of two
@@ -38,9 +39,9 @@ __all__ = ["Float32Divide", "QUOTIENT_BITS", "divide_latency"]
 QUOTIENT_BITS = 25
 
 
-def divide_latency(bits_per_stage: int = 2) -> int:
+def divide_latency(bits_per_stage: int = 1) -> int:
     """:attr:`Float32Divide.latency` for ``bits_per_stage`` (without building a core)."""
-    return 4 + -(-QUOTIENT_BITS // bits_per_stage)
+    return 5 + -(-QUOTIENT_BITS // bits_per_stage)
 
 
 def _round_to_nearest_even(exponent_field: Value, significand: Value, guard: Value,
@@ -59,13 +60,14 @@ class Float32Divide(wiring.Component):
     Parameters
     ----------
     bits_per_stage : int
-        Quotient bits per pipeline stage (keyword, 1..25, default 2): each bit is one 25-bit
-        trial subtraction, chained inside the stage. Sets :attr:`latency`.
+        Quotient bits per pipeline stage (keyword, 1..25, default 1): each bit is one 25-bit
+        trial subtraction, chained inside the stage (two already break the 300 MHz rule of
+        docs/timing.md). Sets :attr:`latency`.
 
     Attributes
     ----------
     latency : int
-        Clocks from an operand pair to its quotient: ``4 + ceil(25 / bits_per_stage)`` (17 at
+        Clocks from an operand pair to its quotient: ``5 + ceil(25 / bits_per_stage)`` (30 at
         the default).
 
     Members
@@ -79,7 +81,7 @@ class Float32Divide(wiring.Component):
         ``inf/inf``.
     """
 
-    def __init__(self, *, bits_per_stage: int = 2):
+    def __init__(self, *, bits_per_stage: int = 1):
         try:
             bits_per_stage = operator.index(bits_per_stage)
         except TypeError:
@@ -114,37 +116,41 @@ class Float32Divide(wiring.Component):
         en = self.en
         a, b = float32_fields(self.a), float32_fields(self.b)
 
-        # Stage 1: specials, sign, normalised significands and the exponent difference.
+        # Stage 1: specials, sign, the significands and their leading zeros.
         is_nan = a.is_nan | b.is_nan | (a.is_zero & b.is_zero) | (a.is_inf & b.is_inf)
         is_inf = a.is_inf | b.is_zero
         is_zero = a.is_zero | b.is_inf
         sign = a.sign ^ b.sign
         special_value = Mux(is_nan, CANONICAL_NAN,
                             Cat(Mux(is_inf, POSITIVE_INFINITY, 0)[:31], sign))
-        lz_a = count_leading_zeros(a.mantissa)
-        lz_b = count_leading_zeros(b.mantissa)
-        # Biased exponent of the quotient of the normalised significands (A/B in (1/2, 2)):
-        # (ea - lz_a) - (eb - lz_b) + 127, in a signed 11-bit field.
-        exponent = (a.exponent_eff - lz_a) - (b.exponent_eff - lz_b) + 127
-        s1_exponent = stage(m, en, exponent.as_signed()[:11].as_signed(), name="s1_exponent")
-        s1_a = stage(m, en, (a.mantissa << lz_a)[:24], name="s1_a")
-        s1_b = stage(m, en, (b.mantissa << lz_b)[:24], name="s1_b")
-        s1_special = stage(m, en, is_nan | is_inf | is_zero, name="s1_special")
-        s1_special_value = stage(m, en, special_value, name="s1_special_value")
-        s1_sign = stage(m, en, sign, name="s1_sign")
+        s1 = {f"{name}_{x}": stage(m, en, value, name=f"s1_{name}_{x}")
+              for x, fields in (("a", a), ("b", b))
+              for name, value in (("mantissa", fields.mantissa),
+                                  ("exponent", fields.exponent_eff),
+                                  ("zeros", count_leading_zeros(fields.mantissa)))}
+        carried = {name: stage(m, en, value, name=f"s1_{name}") for name, value in (
+            ("special", is_nan | is_inf | is_zero), ("special_value", special_value),
+            ("sign", sign))}
 
-        # Stage 2: X/B in [1, 2).
-        below = s1_a < s1_b
-        s2_remainder = stage(m, en, Mux(below, Cat(Const(0, 1), s1_a), Cat(s1_a, Const(0, 1))),
-                             name="s2_remainder")
-        s2_divisor = stage(m, en, s1_b, name="s2_divisor")
-        s2_exponent = stage(m, en, (s1_exponent - below)[:11].as_signed(), name="s2_exponent")
-        passing = [(s1_special, "special"), (s1_special_value, "special_value"),
-                   (s1_sign, "sign")]
-        carried = {name: stage(m, en, value, name=f"s2_{name}") for value, name in passing}
+        # Stage 2: the normalised significands and the biased exponent of their quotient (A/B
+        # in (1/2, 2)): (ea - lz_a) - (eb - lz_b) + 127, in a signed 11-bit field.
+        exponent = ((s1["exponent_a"] - s1["zeros_a"]) - (s1["exponent_b"] - s1["zeros_b"])
+                    + 127)
+        s2_exponent = stage(m, en, exponent.as_signed()[:11].as_signed(), name="s2_exponent")
+        s2_a = stage(m, en, (s1["mantissa_a"] << s1["zeros_a"])[:24], name="s2_a")
+        s2_b = stage(m, en, (s1["mantissa_b"] << s1["zeros_b"])[:24], name="s2_b")
+        carried = {name: stage(m, en, value, name=f"s2_{name}") for name, value in carried.items()}
+
+        # Stage 3: X/B in [1, 2).
+        below = s2_a < s2_b
+        s3_remainder = stage(m, en, Mux(below, Cat(Const(0, 1), s2_a), Cat(s2_a, Const(0, 1))),
+                             name="s3_remainder")
+        s3_divisor = stage(m, en, s2_b, name="s3_divisor")
+        s3_exponent = stage(m, en, (s2_exponent - below)[:11].as_signed(), name="s3_exponent")
+        carried = {name: stage(m, en, value, name=f"s3_{name}") for name, value in carried.items()}
 
         # Iterations: remainder R < 2B (26 bits), one quotient bit per trial subtraction.
-        remainder, divisor, exponent = s2_remainder, s2_divisor, s2_exponent
+        remainder, divisor, exponent = s3_remainder, s3_divisor, s3_exponent
         quotient = Const(0, 0)
         produced = 0
         for index in range(self.iteration_stages):

@@ -45,7 +45,7 @@ class Float32StreamParams:
     """
 
     operation: str = "mul"
-    bits_per_stage: int = 2
+    bits_per_stage: int = 1
 
     def __post_init__(self):
         check_choice("operation", self.operation, OPERATIONS)
@@ -80,7 +80,7 @@ class Float32OpStream(wiring.Component):
         ``{result}``, or ``{less, equal, greater}`` for ``cmp``, in operand order.
     """
 
-    def __init__(self, operation: str, *, bits_per_stage: int = 2):
+    def __init__(self, operation: str, *, bits_per_stage: int = 1):
         self._params = params = Float32StreamParams(operation, bits_per_stage)
         super().__init__({
             "i": In(stream.Signature(OPERAND_LAYOUT)),

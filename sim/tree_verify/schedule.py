@@ -17,6 +17,7 @@ from hw.kernels.tree_verify_lane import KEY_BITS, LogitLane
 from hw.kernels.tree_verify_loader import merge_latency
 from hw.kernels.tree_verify_params import TreeVerifyParams, chunk_words
 from hw.lib.float32 import Float32Add
+from hw.lib.float32_divide import divide_latency
 
 __all__ = ["Costs", "request_cycles", "call_cycles"]
 
@@ -34,7 +35,7 @@ class Costs:
     temperature: int = 30  # TemperatureScale.latency
     ratio: int = 32  # RatioToFloat32.latency
     add: int = Float32Add.latency
-    divide: int = 17  # Float32Divide(bits_per_stage=2).latency
+    divide: int = divide_latency()  # Float32Divide().latency
     lane: int = LogitLane.LATENCY
     multiply: int = MUL_PIECES + 1  # MULTIPLY, then SCALE (hw.kernels.tree_verify)
 
