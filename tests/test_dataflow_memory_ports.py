@@ -78,3 +78,41 @@ def test_runs_round_trip_under_stalls(port_bits, stall):
 
     simulate(m, bench, background=[memory.serve_read(reader.port, port_bits),
                                    memory.serve_write(writer.port, port_bits)])
+
+
+@pytest.mark.parametrize("count", [0, 1, 9])
+def test_busy_from_the_clock_after_start(count):
+    """Each port says it is busy in the clock after ``start`` (the engine's states wait on
+    ``busy`` alone), and stays busy until its run is done."""
+    m, reader, writer, _, _ = _bench(128)
+    memory = CardMemory(1 << 12, seed=count, latency=(0, 3))
+    words = list(range(100, 100 + count))
+    memory.write_words(64, np.array(words, np.int64))
+
+    async def bench(ctx):
+        for unit, address in ((reader, 64), (writer, 2048 + 8)):
+            assert not ctx.get(unit.busy)
+            ctx.set(unit.start, 1)
+            ctx.set(unit.address, address)
+            ctx.set(unit.count, count)
+            await ctx.tick()
+            ctx.set(unit.start, 0)
+            assert ctx.get(unit.busy)
+            got = []
+            while ctx.get(unit.busy):
+                if unit is reader:
+                    ctx.set(reader.words.ready, 1)
+                    if ctx.get(reader.words.valid):
+                        got.append(ctx.get(reader.words.payload))
+                else:
+                    ctx.set(writer.words.valid, len(got) < count)
+                    ctx.set(writer.words.payload, words[len(got)] if len(got) < count else 0)
+                    if len(got) < count and ctx.get(writer.words.ready):
+                        got.append(words[len(got)])
+                await ctx.tick()
+            ctx.set(writer.words.valid, 0)
+            assert got == words
+        assert memory.read_words(2048 + 8, count).tolist() == words
+
+    simulate(m, bench, background=[memory.serve_read(reader.port, 128),
+                                   memory.serve_write(writer.port, 128)])

@@ -7,7 +7,7 @@ from hw.kernels.update_state import Region
 from hw.lib.params import index_bits
 
 from .commands import ONE_BITS, ROOT_SCORE_BITS, Phase, Status, StopReason
-from .runs import copy_words
+from .runs import TABLE_READY, copy_words, table_address
 
 __all__ = ["begin_round_states", "draft_depth_states"]
 
@@ -162,6 +162,8 @@ def begin_round_states(m, c):
                                  c.fmask_wr.en.eq(1)]
         m.d.comb += c.k2.host_rsp.ready.eq(1)
 
+    table_row = table_address(m, c, pool=c.pool_rd.data, offset=c.seq_rd.data,
+                              name="begin_table")
     with m.State("BEGIN_TABLE"):
         # req_to_token[pool, seq_len + x] = kv slot x, x = 0..MI, one run per request.
         m.d.comb += [c.pool_rd.addr.eq(c.row(c.b, new=True)),
@@ -175,16 +177,16 @@ def begin_round_states(m, c):
                              c.depth.eq(1), c.width.eq(1), c.input_count.eq(1),
                              c.cumu_count.eq(1), c.b.eq(0), c.i.eq(0), c.j.eq(0)]
                 m.next = "COMPLETE"
-        with m.Elif(c.j == 0):
-            m.d.sync += c.j.eq(1)
-        with m.Elif(c.j == 1):
+        with m.Elif(c.j < TABLE_READY):  # the row's pool and seq_len, then its address
+            m.d.sync += c.j.eq(c.j + 1)
+        with m.Elif(c.j == TABLE_READY):
             with m.If(~c.twriter.busy):
-                row_word = c.pool_rd.data * c.cfg.context_len + c.seq_rd.data
                 m.d.comb += [c.twriter.start.eq(1), c.twriter.count.eq(c.p.kv_slots),
-                             c.twriter.address.eq(c.cfg.req_to_token + 4 * row_word)]
-                m.d.sync += [c.j.eq(2), c.i.eq(0)]
+                             c.twriter.address.eq(table_row)]
+                m.d.sync += [c.j.eq(TABLE_READY + 1), c.i.eq(0)]
         with m.Else():
-            with m.If(copy_words(m, step=c.j, at=2, index=c.i, count=c.p.kv_slots,
+            with m.If(copy_words(m, step=c.j, at=TABLE_READY + 1, index=c.i,
+                                 count=c.p.kv_slots,
                                  read=c.kv_rd, writer=c.twriter,
                                  address=lambda x: c.kv_row(c.b, x, new=True))):
                 m.d.sync += [c.b.eq(c.b + 1), c.j.eq(0), c.i.eq(0)]

@@ -398,6 +398,7 @@ class PersistentEngine(wiring.Component):
         ws_len = Signal(range(MAXV + K + 1))  # ws0 + K
         out_node = Signal(k2.host_response_layout)
         vn = Signal(range(MAXV + 1))  # n, the verify-set size
+        verify_nodes = Signal(range(MAXB * MAXV + 1))  # batch * vn, a clock behind vn
         mode = Signal(2)
         mask_total = Signal(range(p.max_run_words * 4 + 1))  # bytes of the mask array
         kv_total = Signal(range(p.max_run_words + 1))  # words of kv_indices
@@ -437,6 +438,8 @@ class PersistentEngine(wiring.Component):
 
         def clamp_verify(value):
             return Mux(value < 1, 1, Mux(value > MAXV, MAXV, value))
+
+        m.d.sync += verify_nodes.eq(batch * vn)
 
         # Memories are read a clock ahead: by default the batch row ``b``'s slot.
         m.d.comb += slot_rd.addr.eq(row(b))

@@ -7,7 +7,8 @@ into a stream of words; ``WordWriter`` turns a stream of words into writes from 
 address. Both issue one-beat bursts (``length`` 0) as fast as the port takes them, so no burst
 ever crosses a 4 KiB boundary and any number of reads may be in flight (the slave answers in
 order and may stall either channel). A run's first and last beats carry only the words that
-belong to it (the writer's byte strobes say which), so a run may start at any word.
+belong to it (the writer's byte strobes say which), so a run may start at any word. Both take
+a run's ``address`` and ``count`` into registers with ``start`` and begin it a clock later.
 
 ``PortCounters`` counts, per port, the data beats and bytes that crossed it and the cycles it
 was busy or stalled: the figures of the engine's byte accounting.
@@ -55,6 +56,23 @@ class _Countdown:
     def decrement(self, m: Module):
         m.d.sync += [self.value.eq(self.value - 1), self.nonzero.eq(~self.last),
                      self.last.eq(self.value == 2)]
+
+
+class _RunStart:
+    """A run's ``address`` and ``count`` in registers from the clock of ``start``; the port's
+    counters load from them in the next clock, while ``pending`` is high. The engine computes
+    both from its command in the clock of ``start`` (products, sums, a state's choice), so the
+    counters and their flags are a clock away from that logic: the run starts one clock later."""
+
+    def __init__(self, m: Module, port, lanes: int):
+        lane_bits = max(1, (lanes - 1).bit_length())
+        self.pending = Signal()
+        self.address = Signal.like(port.address, name="run_address")
+        self.count = Signal.like(port.count, name="run_count")
+        self.first_lane = self.address[2:2 + lane_bits] if lanes > 1 else 0
+        m.d.sync += self.pending.eq(port.start)
+        with m.If(port.start):
+            m.d.sync += [self.address.eq(port.address), self.count.eq(port.count)]
 
 
 def _check_port(address_width, port_bits):
@@ -116,8 +134,9 @@ class WordReader(wiring.Component):
         beat = Signal(32 * lanes)
         beat_valid = Signal()
 
+        run = _RunStart(m, self, lanes)
         m.d.comb += [ar.valid.eq(beats_left.nonzero), ar.payload.length.eq(0),
-                     self.busy.eq(words_left.nonzero)]
+                     self.busy.eq(run.pending | words_left.nonzero)]
         with m.If(ar.valid & ar.ready):
             m.d.sync += ar.payload.address.eq(ar.payload.address + port_bytes)
             beats_left.decrement(m)
@@ -137,13 +156,12 @@ class WordReader(wiring.Component):
         with m.If(r.valid & r.ready):
             m.d.sync += [beat.eq(r.payload.data), beat_valid.eq(1)]
 
-        with m.If(self.start):
-            first_lane = self.address[2:2 + lane_bits] if lanes > 1 else 0
-            m.d.sync += [ar.payload.address.eq(self.address & ~(port_bytes - 1)),
-                         lane.eq(first_lane)]
-            beats_left.load(m, Mux(self.count == 0, 0,
-                                   (first_lane + self.count + lanes - 1) // lanes))
-            words_left.load(m, self.count)
+        with m.If(run.pending):
+            m.d.sync += [ar.payload.address.eq(run.address & ~(port_bytes - 1)),
+                         lane.eq(run.first_lane)]
+            beats_left.load(m, Mux(run.count == 0, 0,
+                                   (run.first_lane + run.count + lanes - 1) // lanes))
+            words_left.load(m, run.count)
         return m
 
 
@@ -201,12 +219,13 @@ class WordWriter(wiring.Component):
         address = Signal.like(aw.payload.address)
         aw_pending = Signal()
         w_pending = Signal()
+        run = _RunStart(m, self, lanes)
 
         m.d.comb += [aw.valid.eq(aw_pending), w.valid.eq(w_pending),
                      aw.payload.length.eq(0), w.payload.data.eq(beat), w.payload.last.eq(1),
                      w.payload.strobe.eq(Cat(s.replicate(4) for s in strobe)),
                      b.ready.eq(1),
-                     self.busy.eq(words_left.nonzero | (responses_left != 0))]
+                     self.busy.eq(run.pending | words_left.nonzero | (responses_left != 0))]
         with m.If(aw.valid & aw.ready):
             m.d.sync += aw_pending.eq(0)
         with m.If(w.valid & w.ready):
@@ -237,10 +256,10 @@ class WordWriter(wiring.Component):
                 m.d.sync += strobe[i].eq(0)
 
         with m.If(self.start):
-            first_lane = self.address[2:2 + lane_bits] if lanes > 1 else 0
-            m.d.sync += [address.eq(self.address & ~(port_bytes - 1)), lane.eq(first_lane),
-                         self.errors.eq(0)]
-            words_left.load(m, self.count)
+            m.d.sync += self.errors.eq(0)
+        with m.If(run.pending):
+            m.d.sync += [address.eq(run.address & ~(port_bytes - 1)), lane.eq(run.first_lane)]
+            words_left.load(m, run.count)
         return m
 
 

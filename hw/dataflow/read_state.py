@@ -8,7 +8,7 @@ slot's tree (token, score, delta, prev, next, side: 6 words each, read out of K2
 that round; any other slot what its last round left.
 """
 
-from amaranth.hdl import Array, Mux
+from amaranth.hdl import Array, Mux, Signal
 
 from hw.kernels.update_state import Region
 
@@ -35,18 +35,21 @@ def read_state_states(m, c):
             m.d.sync += [c.i.eq(0), c.j.eq(0)]
             m.next = "STATE_ROW"
 
+    # whether the slot is in the round in flight, or has a saved record (from STATE_ROW on)
+    current = Signal(name="state_current")
+    saved = Signal(name="state_saved")
     with m.State("STATE_ROW"):  # the slot's info and batch row are read
         m.d.comb += [c.info_rd.addr.eq(slot), c.slot_row_rd.addr.eq(slot),
                      c.seq_rd.addr.eq(c.row(c.slot_row_rd.data)),
                      c.pool_rd.addr.eq(c.row(c.slot_row_rd.data))]
+        m.d.sync += [current.eq(c.in_round.bit_select(slot[:len(c.in_round).bit_length()], 1)),
+                     saved.eq(c.saved.bit_select(slot[:len(c.saved).bit_length()], 1))]
         m.next = "STATE_HEADER"
 
     with m.State("STATE_HEADER"):
         m.d.comb += [c.info_rd.addr.eq(slot), c.slot_row_rd.addr.eq(slot),
                      c.seq_rd.addr.eq(c.row(c.slot_row_rd.data)),
                      c.pool_rd.addr.eq(c.row(c.slot_row_rd.data))]
-        current = c.in_round.bit_select(slot[:len(c.in_round).bit_length()], 1)
-        saved = c.saved.bit_select(slot[:len(c.saved).bit_length()], 1)
         info = c.info_rd.data
         used = current | saved
         header = Array([
@@ -54,12 +57,13 @@ def read_state_states(m, c):
             Mux(current, c.seq_rd.data, Mux(saved, info.seq_len, 0)),
             Mux(current, c.pool_rd.data, Mux(saved, info.pool, -1)),
             Mux(current, c.cumu_count, Mux(saved, info.cumu_count, 0))])
-        count = Mux(used, header[3], 0)
-        with m.If(c.j == 0):
+        with m.If(c.j == 0):  # the slot's node count first, in a register
+            m.d.sync += [c.j.eq(1), c.running.eq(Mux(used, header[3], 0))]
+        with m.Elif(c.j == 1):
             m.d.comb += [c.rwriter.start.eq(1), c.rwriter.address.eq(c.cmd.address0),
-                         c.rwriter.count.eq(HEADER_WORDS + NODE_WORDS * count
+                         c.rwriter.count.eq(HEADER_WORDS + NODE_WORDS * c.running
                                             + 2 * c.MAXV + c.K)]
-            m.d.sync += [c.j.eq(1), c.running.eq(count)]
+            m.d.sync += c.j.eq(2)
         with m.Else():
             m.d.comb += [c.rwriter.words.valid.eq(1), c.rwriter.words.payload.eq(header[c.i])]
             with m.If(c.rwriter.words.ready):

@@ -1,9 +1,17 @@
-"""A sequencer step shared by the engine's commands: an on-chip memory's words into a write
-run."""
+"""Sequencer steps shared by the engine's commands: an on-chip memory's words into a write
+run, and the address of a ``req_to_token`` row."""
 
 from amaranth.hdl import Signal
 
-__all__ = ["copy_words"]
+from hw.lib.params import index_bits
+
+__all__ = ["copy_words", "table_address", "TABLE_ADDRESS_LATENCY", "TABLE_READY"]
+
+#: Clocks from a ``table_address`` input to its output (see there).
+TABLE_ADDRESS_LATENCY = 2
+#: The caller's sub-step at which a table row's address is ready when the row's pool and
+#: seq_len are addressed from sub-step 0 on (out of their memories a clock later).
+TABLE_READY = 1 + TABLE_ADDRESS_LATENCY
 
 
 def copy_words(m, *, step, at, index, count, read, address, writer):
@@ -26,3 +34,21 @@ def copy_words(m, *, step, at, index, count, read, address, writer):
         with m.If(writer.words.ready):
             m.d.sync += index.eq(index + 1)
     return done
+
+
+def table_address(m, c, *, pool, offset, name):
+    """The byte address of ``req_to_token[pool, offset]``, ``req_to_token + 4 * (pool * C +
+    offset)``, from ``pool`` and ``offset`` as they were ``TABLE_ADDRESS_LATENCY`` clocks before.
+
+    A free-running pipeline: the inputs (block RAM outputs at every caller) go into registers,
+    then the product and sum into one, and the last sum is left to the memory port's run
+    registers; a block RAM's output into the multiply would not fit a clock. ``pool`` must be a
+    checked row (below ``max_pool_rows``: ``begin_round`` refuses any other), so the multiply
+    is ``index_bits(max_pool_rows)`` by 32 bits. ``c`` holds the engine's shared signals.
+    """
+    pool_q = Signal(index_bits(c.p.max_pool_rows), name=f"{name}_pool")
+    offset_q = Signal(32, name=f"{name}_offset")
+    word = Signal(c.p.address_width, name=f"{name}_word")
+    m.d.sync += [pool_q.eq(pool), offset_q.eq(offset),
+                 word.eq(pool_q * c.cfg.context_len + offset_q)]
+    return c.cfg.req_to_token + 4 * word

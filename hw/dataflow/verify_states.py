@@ -8,7 +8,7 @@ from hw.kernels.update_state import Region
 from hw.lib.params import index_bits
 
 from .commands import Phase, Status
-from .runs import copy_words
+from .runs import TABLE_READY, copy_words, table_address
 
 __all__ = ["build_verify_states", "verify_states"]
 
@@ -32,9 +32,12 @@ def build_verify_states(m, c):
             m.d.sync += c.status.eq(Status.BAD_ARGUMENT)
             m.next = "COMPLETE"
         with m.Else():
-            m.d.comb += [c.reader.start.eq(1), c.reader.address.eq(c.cmd.address0),
-                         c.reader.count.eq(Mux(c.batch == 0, 0, c.batch * size))]
-            m.next = "VERIFY_LOCS"
+            m.next = "VERIFY_START"
+
+    with m.State("VERIFY_START"):  # n is in its register now (it sizes the read)
+        m.d.comb += [c.reader.start.eq(1), c.reader.address.eq(c.cmd.address0),
+                     c.reader.count.eq(c.batch * c.vn)]
+        m.next = "VERIFY_LOCS"
 
     with m.State("VERIFY_LOCS"):
         # The verify forward's KV slots, kept for kv_indices and req_to_token.
@@ -56,7 +59,7 @@ def build_verify_states(m, c):
                          c.k4_cmd_sent.eq(0), c.seq_b.eq(0), c.mask_b.eq(0),
                          c.mask_rows.eq(0), c.flushed.eq(0), c.rsp_x.eq(0)]
             m.d.comb += [c.rwriter.start.eq(1), c.rwriter.address.eq(c.cmd.address1),
-                         c.rwriter.count.eq(c.batch * c.vn * c.p.tree_words),
+                         c.rwriter.count.eq(c.verify_nodes * c.p.tree_words),
                          c.mwriter.start.eq(1), c.mwriter.address.eq(c.cmd.address2),
                          c.mwriter.count.eq((c.mask_total + 3) >> 2)]
             m.next = "VERIFY_K4"
@@ -139,7 +142,7 @@ def build_verify_states(m, c):
         with m.If((c.mask_b == c.batch) & ~c.flushed):
             m.d.comb += c.mask_bytes.flush.eq(1)
             m.d.sync += c.flushed.eq(1)
-        with m.If(c.flushed & (c.trees == c.batch * c.vn) & ~c.rwriter.busy & ~c.mwriter.busy
+        with m.If(c.flushed & (c.trees == c.verify_nodes) & ~c.rwriter.busy & ~c.mwriter.busy
                   & (c.b == c.batch) & (c.seq_b == c.batch)):
             m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0), c.running.eq(0)]
             m.next = "VERIFY_INDPTR"
@@ -166,6 +169,7 @@ def build_verify_states(m, c):
                         m.d.sync += [c.j.eq(0), c.i.eq(0)]
                         m.next = "VERIFY_KV"
 
+    kv_row = table_address(m, c, pool=c.pool_rd.data, offset=0, name="verify_kv")
     with m.State("VERIFY_KV"):
         # kv_indices: per request the table row's first seq_len slots, then its
         # verify KV slots (which VERIFY_TABLE writes to the row after them)
@@ -179,24 +183,26 @@ def build_verify_states(m, c):
             with m.If(~c.rwriter.busy):
                 m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0)]
                 m.next = "VERIFY_TABLE"
-        with m.Elif(c.j == 1):  # pool and seq_len of row b are being read
-            m.d.sync += c.j.eq(2)
-        with m.Elif(c.j == 2):
+        with m.Elif(c.j < 1 + TABLE_READY):  # pool and seq_len of row b, then its address
+            m.d.sync += c.j.eq(c.j + 1)
+        with m.Elif(c.j == 1 + TABLE_READY):
             m.d.comb += [c.reader.start.eq(1), c.reader.count.eq(c.seq_rd.data),
-                         c.reader.address.eq(c.cfg.req_to_token
-                                           + 4 * (c.pool_rd.data * c.cfg.context_len))]
-            m.d.sync += c.j.eq(3)
-        with m.Elif(c.j == 3):  # the row's prefix, word for word
+                         c.reader.address.eq(kv_row)]
+            m.d.sync += c.j.eq(2 + TABLE_READY)
+        with m.Elif(c.j == 2 + TABLE_READY):  # the row's prefix, word for word
             m.d.comb += [c.rwriter.words.valid.eq(c.words.valid),
                          c.rwriter.words.payload.eq(c.words.payload),
                          c.words.ready.eq(c.rwriter.words.ready)]
             with m.If(~c.reader.busy & ~c.words.valid):
-                m.d.sync += [c.j.eq(4), c.i.eq(0)]
+                m.d.sync += [c.j.eq(3 + TABLE_READY), c.i.eq(0)]
         with m.Else():  # then the request's verify slots
-            with m.If(copy_words(m, step=c.j, at=4, index=c.i, count=c.vn, read=c.locs_rd,
-                                 writer=c.rwriter, address=lambda x: c.b * c.vn + x)):
+            with m.If(copy_words(m, step=c.j, at=3 + TABLE_READY, index=c.i, count=c.vn,
+                                 read=c.locs_rd, writer=c.rwriter,
+                                 address=lambda x: c.b * c.vn + x)):
                 m.d.sync += [c.b.eq(c.b + 1), c.j.eq(1), c.i.eq(0)]
 
+    verify_row = table_address(m, c, pool=c.pool_rd.data, offset=c.seq_rd.data,
+                               name="verify_table")
     with m.State("VERIFY_TABLE"):
         # req_to_token[pool, seq_len + x] = verify slot x (only for a valid tree)
         m.d.comb += [c.pool_rd.addr.eq(c.row(c.b)), c.seq_rd.addr.eq(c.row(c.b))]
@@ -207,17 +213,17 @@ def build_verify_states(m, c):
             with m.If(~c.twriter.busy):
                 m.d.sync += [c.phase.eq(Phase.BUILT), c.b.eq(0), c.i.eq(0), c.j.eq(0)]
                 m.next = "COMPLETE"
-        with m.Elif(c.j == 0):
-            m.d.sync += c.j.eq(1)
-        with m.Elif(c.j == 1):
+        with m.Elif(c.j < TABLE_READY):  # the row's pool and seq_len, then its address
+            m.d.sync += c.j.eq(c.j + 1)
+        with m.Elif(c.j == TABLE_READY):
             with m.If(~c.twriter.busy):
-                row_word = c.pool_rd.data * c.cfg.context_len + c.seq_rd.data
                 m.d.comb += [c.twriter.start.eq(1), c.twriter.count.eq(c.vn),
-                             c.twriter.address.eq(c.cfg.req_to_token + 4 * row_word)]
-                m.d.sync += [c.j.eq(2), c.i.eq(0)]
+                             c.twriter.address.eq(verify_row)]
+                m.d.sync += [c.j.eq(TABLE_READY + 1), c.i.eq(0)]
         with m.Else():
-            with m.If(copy_words(m, step=c.j, at=2, index=c.i, count=c.vn, read=c.locs_rd,
-                                 writer=c.twriter, address=lambda x: c.b * c.vn + x)):
+            with m.If(copy_words(m, step=c.j, at=TABLE_READY + 1, index=c.i, count=c.vn,
+                                 read=c.locs_rd, writer=c.twriter,
+                                 address=lambda x: c.b * c.vn + x)):
                 m.d.sync += [c.b.eq(c.b + 1), c.j.eq(0), c.i.eq(0)]
 
 
@@ -287,6 +293,14 @@ def verify_states(m, c):
                          c.predicts_wr.en.eq(1)]
             m.d.sync += c.i.eq(c.i + 1)
 
+    # The byte address of request b's first logits row, from b as it was three clocks before
+    # (a free-running pipeline; RUN_HEADER holds b for more clocks than that).
+    b_nodes = Signal.like(c.verify_nodes, name="tv_b_nodes")
+    row_offset = Signal(c.p.address_width, name="tv_row_offset")
+    row_address = Signal(c.p.address_width, name="tv_row_address")
+    m.d.sync += [b_nodes.eq(c.b * c.vn), row_offset.eq(b_nodes * c.cmd.row_pitch),
+                 row_address.eq(c.cmd.address1 + row_offset)]
+
     with m.State("RUN_HEADER"):
         # the request's five header words, one a clock, into `header`
         m.d.comb += c.vreq_rd.addr.eq(c.b * c.VQ + c.j)
@@ -303,7 +317,7 @@ def verify_states(m, c):
         m.d.comb += [c.tv_busy.eq(1), c.tv.cmd.valid.eq(1), tc.lfsr.eq(c.cmd.lfsr),
                      tc.nodes.eq(c.vn), tc.steps.eq(c.steps),
                      tc.vocab_size.eq(c.cfg.vocab_size),
-                     tc.row_address.eq(c.cmd.address1 + c.b * c.vn * c.cmd.row_pitch),
+                     tc.row_address.eq(row_address),
                      tc.row_pitch.eq(c.cmd.row_pitch), tc.temperature.eq(c.header[0]),
                      tc.top_k.eq(c.header[1]), tc.top_p.eq(c.header[2]),
                      tc.seed.eq(c.header[3]), tc.final_coin.eq(c.header[3]),
@@ -410,20 +424,21 @@ def verify_states(m, c):
                          c.res.accept_length.eq(r7.accept_length), c.j.eq(0)]
             m.next = "RUN_TABLE"
 
+    accepted_row = table_address(m, c, pool=c.pool_rd.data,
+                                 offset=c.seq_rd.data - c.res.accept_length, name="run_table")
     with m.State("RUN_TABLE"):
         # req_to_token[pool, old seq_len + x] = the accepted tokens' KV slots
         m.d.comb += [c.pool_rd.addr.eq(c.row(c.b)), c.seq_rd.addr.eq(c.row(c.b))]
-        with m.If(c.j == 0):
-            m.d.sync += c.j.eq(1)
-        with m.Elif(c.j == 1):
+        with m.If(c.j < TABLE_READY):  # the row's pool and seq_len, then its address
+            m.d.sync += c.j.eq(c.j + 1)
+        with m.Elif(c.j == TABLE_READY):
             with m.If(~c.twriter.busy):
-                old_len = c.seq_rd.data - c.res.accept_length
-                row_word = c.pool_rd.data * c.cfg.context_len + old_len
                 m.d.comb += [c.twriter.start.eq(1), c.twriter.count.eq(c.res.accept_length),
-                             c.twriter.address.eq(c.cfg.req_to_token + 4 * row_word)]
-                m.d.sync += [c.j.eq(2), c.i.eq(0)]
+                             c.twriter.address.eq(accepted_row)]
+                m.d.sync += [c.j.eq(TABLE_READY + 1), c.i.eq(0)]
         with m.Else():
-            with m.If(copy_words(m, step=c.j, at=2, index=c.i, count=c.res.accept_length,
+            with m.If(copy_words(m, step=c.j, at=TABLE_READY + 1, index=c.i,
+                                 count=c.res.accept_length,
                                  read=c.commit_rd, writer=c.twriter, address=lambda x: x)):
                 m.d.sync += [c.b.eq(c.b + 1), c.j.eq(0), c.i.eq(0)]
                 m.next = "RUN_REQUEST"
