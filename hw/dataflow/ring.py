@@ -160,9 +160,10 @@ class CompletionRing(wiring.Component):
     A completion is taken when the ring has room (advancing ``head`` would not reach
     ``tail``; ``entries >= 2``, ``head`` and ``tail`` below ``entries``): a full ring stalls
     ``completion`` and overwrites nothing. Room is a register, one clock behind ``tail`` (the
-    host's moves only free entries) and cleared while ``head`` moves: after each record one
-    clock passes before the next completion is taken, and the 32-bit compares stay off the
-    completion's handshake. Its record (the packed completion, then its
+    host's moves only free entries) and cleared for two clocks when ``head`` moves (the
+    wrapped ``head + 1`` is a register too): after each record two clocks pass before the
+    next completion is taken, and the 32-bit adds and compares stay off the completion's
+    handshake. Its record (the packed completion, then its
     ``sequence`` number) is written at ``head``; once every write has its response, ``head``
     and ``sequence`` advance and ``event`` pulses.
 
@@ -232,9 +233,12 @@ class CompletionRing(wiring.Component):
 
         offset = Signal.like(self.base)  # head * record bytes
         buffer = Signal(32 * words)
-        next_head = Mux(self.head + 1 == self.entries, 0, self.head + 1)
+        next_head = Signal.like(self.head)  # head + 1, wrapped: a clock behind head
+        settled = Signal()  # head has not moved for a clock, so next_head is current
         room = Signal()
-        m.d.sync += [room.eq((self.entries >= 2) & (self.head < self.entries)
+        m.d.sync += [next_head.eq(Mux(self.head + 1 == self.entries, 0, self.head + 1)),
+                     settled.eq(1),
+                     room.eq(settled & (self.entries >= 2) & (self.head < self.entries)
                              & (self.tail < self.entries) & (next_head != self.tail)),
                      self.event.eq(0)]
         with m.FSM(name="ring"):
@@ -255,11 +259,11 @@ class CompletionRing(wiring.Component):
                 with m.If(~writer.busy):
                     _advance(m, self.head, offset, self.entries, 4 * words)
                     m.d.sync += [self.sequence.eq(self.sequence + 1), self.event.eq(1),
-                                 room.eq(0)]
+                                 room.eq(0), settled.eq(0)]
                     m.next = "IDLE"
         with m.If(writer.errors):
             m.d.sync += self.error.eq(1)
         with m.If(self.clear):
             m.d.sync += [self.head.eq(0), offset.eq(0), self.sequence.eq(0), self.error.eq(0),
-                         room.eq(0)]
+                         room.eq(0), settled.eq(0)]
         return m
