@@ -233,9 +233,13 @@ def verify_states(m, c):
 
     ``c`` holds the engine's shared signals, memories and kernels (``PersistentEngine.elaborate``).
     """
+    # predicts entries cleared so far: one per draft-token word of the records, so that the
+    # rows are clear, request after request, by the time the records are in
+    cleared = Signal(range(c.MAXB * c.MAXV + 1), name="predicts_cleared")
     with m.State("RUN_CHECK"):
         m.d.sync += [c.steps.eq(c.depths_run + 1), c.verified_total.eq(0), c.rows_read.eq(0),
-                     c.active_count.eq(0), c.bad_argument.eq(0), c.b.eq(0), c.i.eq(0), c.j.eq(0)]
+                     c.active_count.eq(0), c.bad_argument.eq(0), c.b.eq(0), c.i.eq(0), c.j.eq(0),
+                     cleared.eq(0)]
         with m.If(c.phase != Phase.BUILT):
             m.d.sync += c.status.eq(Status.BAD_PHASE)
             m.next = "COMPLETE"
@@ -246,9 +250,15 @@ def verify_states(m, c):
 
     with m.State("RUN_RECORDS"):
         # request records (kept for the run) with golden.tree_verify's checks:
-        # temperature finite and >= 0, top_p and the thresholds in [0, 1]
+        # temperature finite and >= 0, top_p and the thresholds in [0, 1]; the predicts rows
+        # cleared on the way (the verify writes the accepted entries)
+        clear = c.words_taken & (c.i >= c.p.verify_request_words)
         m.d.comb += [c.words.ready.eq(1), c.vreq_wr.addr.eq(c.b * c.VQ + c.i),
-                     c.vreq_wr.data.eq(c.words.payload), c.vreq_wr.en.eq(c.words_taken)]
+                     c.vreq_wr.data.eq(c.words.payload), c.vreq_wr.en.eq(c.words_taken),
+                     c.predicts_wr.addr.eq(cleared), c.predicts_wr.data.eq(0),
+                     c.predicts_wr.en.eq(clear)]
+        with m.If(clear):
+            m.d.sync += cleared.eq(cleared + 1)
         value = c.words.payload
         not_finite = value[23:31] == 0xFF
         negative = value[31] & (value[:31] != 0)  # -0.0 is >= 0
@@ -280,18 +290,13 @@ def verify_states(m, c):
         with m.If(c.k7.cmd.ready):
             m.next = "RUN_REQUEST"
 
-    with m.State("RUN_REQUEST"):
-        # request b: clear its predicts row (the verify writes the accepted entries)
+    with m.State("RUN_REQUEST"):  # request b, or the end of the batch
+        m.d.sync += [c.i.eq(0), c.j.eq(0)]
         with m.If(c.b == c.batch):
-            m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0)]
+            m.d.sync += c.b.eq(0)
             m.next = "RUN_ACTIVE"
-        with m.Elif(c.i == c.vn):
-            m.d.sync += [c.i.eq(0), c.j.eq(0)]
-            m.next = "RUN_HEADER"
         with m.Else():
-            m.d.comb += [c.predicts_wr.addr.eq(c.b * c.vn + c.i), c.predicts_wr.data.eq(0),
-                         c.predicts_wr.en.eq(1)]
-            m.d.sync += c.i.eq(c.i + 1)
+            m.next = "RUN_HEADER"
 
     # The byte address of request b's first logits row, from b as it was three clocks before
     # (a free-running pipeline; RUN_HEADER holds b for more clocks than that).
