@@ -7,7 +7,7 @@ from hw.kernels.update_state import Region
 from hw.lib.params import index_bits
 
 from .commands import ONE_BITS, ROOT_SCORE_BITS, Phase, Status, StopReason
-from .runs import TABLE_READY, copy_words, table_address
+from .runs import TABLE_READY, copy_words
 
 __all__ = ["begin_round_states", "draft_depth_states"]
 
@@ -162,8 +162,6 @@ def begin_round_states(m, c):
                                  c.fmask_wr.en.eq(1)]
         m.d.comb += c.k2.host_rsp.ready.eq(1)
 
-    table_row = table_address(m, c, pool=c.pool_rd.data, offset=c.seq_rd.data,
-                              name="begin_table")
     with m.State("BEGIN_TABLE"):
         # req_to_token[pool, seq_len + x] = kv slot x, x = 0..MI, one run per request.
         m.d.comb += [c.pool_rd.addr.eq(c.row(c.b, new=True)),
@@ -182,7 +180,7 @@ def begin_round_states(m, c):
         with m.Elif(c.j == TABLE_READY):
             with m.If(~c.twriter.busy):
                 m.d.comb += [c.twriter.start.eq(1), c.twriter.count.eq(c.p.kv_slots),
-                             c.twriter.address.eq(table_row)]
+                             c.twriter.address.eq(c.table_row)]
                 m.d.sync += [c.j.eq(TABLE_READY + 1), c.i.eq(0)]
         with m.Else():
             with m.If(copy_words(m, step=c.j, at=TABLE_READY + 1, index=c.i,

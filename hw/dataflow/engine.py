@@ -51,6 +51,7 @@ from .memory_ports import (
     write_port_signature,
 )
 from .read_state import read_state_states
+from .runs import table_address
 from .verify_states import build_verify_states, verify_states
 
 __all__ = ["Opcode", "Status", "StopReason", "EngineParams", "PersistentEngine", "ROOT_SCORE_BITS",
@@ -455,6 +456,10 @@ class PersistentEngine(wiring.Component):
         # Every local above, for the states of each command (functions below the class).
         c = SimpleNamespace(**{name: value for name, value in locals().items()
                                if name not in ("self", "platform", "m")})
+        # req_to_token[pool, seq_len] of the batch row being read (begin_round's and
+        # build_verify's table runs)
+        c.table_row = table_address(m, c, pool=pool_rd.data, offset=seq_rd.data,
+                                    name="table_row")
         with m.FSM(name="sequencer"):
             with m.State("IDLE"):
                 m.d.comb += self.command.ready.eq(1)

@@ -201,8 +201,6 @@ def build_verify_states(m, c):
                                  address=lambda x: c.b * c.vn + x)):
                 m.d.sync += [c.b.eq(c.b + 1), c.j.eq(1), c.i.eq(0)]
 
-    verify_row = table_address(m, c, pool=c.pool_rd.data, offset=c.seq_rd.data,
-                               name="verify_table")
     with m.State("VERIFY_TABLE"):
         # req_to_token[pool, seq_len + x] = verify slot x (only for a valid tree)
         m.d.comb += [c.pool_rd.addr.eq(c.row(c.b)), c.seq_rd.addr.eq(c.row(c.b))]
@@ -218,7 +216,7 @@ def build_verify_states(m, c):
         with m.Elif(c.j == TABLE_READY):
             with m.If(~c.twriter.busy):
                 m.d.comb += [c.twriter.start.eq(1), c.twriter.count.eq(c.vn),
-                             c.twriter.address.eq(verify_row)]
+                             c.twriter.address.eq(c.table_row)]
                 m.d.sync += [c.j.eq(TABLE_READY + 1), c.i.eq(0)]
         with m.Else():
             with m.If(copy_words(m, step=c.j, at=TABLE_READY + 1, index=c.i, count=c.vn,
