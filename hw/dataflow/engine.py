@@ -347,6 +347,12 @@ class PersistentEngine(wiring.Component):
         vreq_rd, vreq_wr = vreq_mem.read_port(), vreq_mem.write_port()
         coin_rd = vreq_mem.read_port()
         predicts_rd, predicts_wr = memory("predicts", 32, MAXB * MAXV)
+        # build_verify's indptrs, entry b of each: VERIFY_SIZES writes them, VERIFY_INDPTR
+        # streams them out.
+        indptr_layout = data.StructLayout({"qo": range(MAXB * MAXV + 1),
+                                           "kv": range(p.max_run_words + 1),
+                                           "mask": range(p.max_run_words * 4 + 1)})
+        indptr_rd, indptr_wr = memory("verify_indptrs", indptr_layout, MAXB + 1)
         vids_rd, vids_wr = memory("verified_ids", 32, MAXB * p.max_steps)
         commit_rd, commit_wr = memory("commit_locs", 32, p.max_steps)
         vres_layout = data.StructLayout({
@@ -385,7 +391,7 @@ class PersistentEngine(wiring.Component):
         input_count = Signal(range(p.kv_slots + WM + 1))
         cumu_count = Signal(range(MAXN + NM + 1))
 
-        b = Signal(range(MAXB + 1))  # request of the batch
+        b = Signal(range(MAXB + 2))  # request of the batch (up to B + 1: the indptrs' entries)
         i = Signal(range(max(R, NM, MAXV + K, WM * F, MAXN) + 2))  # element within it
         j = Signal(range(max(R, NM, MAXV + K, WM * F, MAXN) + 2))  # second element counter
         n = Signal(range(NM + 1))  # N = W*K
@@ -403,7 +409,7 @@ class PersistentEngine(wiring.Component):
         mode = Signal(2)
         mask_total = Signal(range(p.max_run_words * 4 + 1))  # bytes of the mask array
         kv_total = Signal(range(p.max_run_words + 1))  # words of kv_indices
-        running = Signal(range(p.max_run_words * 4 + 1))  # a running sum
+        running = Signal(range(p.max_run_words * 4 + 1))  # a running sum (nodes, qo_indptr)
         invalid = Signal()
         k4_cmd_sent = Signal()
         seq_b = Signal(range(MAXB + 1))  # K4's seq_lens feed

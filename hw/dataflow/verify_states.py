@@ -1,6 +1,8 @@
 """The engine's verify-side commands, ``build_verify`` and ``verify``, as states of its
 sequencer (``hw.dataflow.engine.PersistentEngine``; what each state does: docs/engine.md)."""
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Array, Cat, Const, Mux, Signal
 
 from hw.kernels.tree_mask import TreeMaskMode
@@ -11,6 +13,9 @@ from .commands import Phase, Status
 from .runs import TABLE_READY, copy_words, table_address
 
 __all__ = ["build_verify_states", "verify_states"]
+
+#: Clocks from a request into ``_request_sizes`` to its sizes.
+SIZES_LATENCY = 4
 
 
 def build_verify_states(m, c):
@@ -23,7 +28,8 @@ def build_verify_states(m, c):
         clamped = c.clamp_verify(c.verify_num)
         size = Mux(c.cumu_count < clamped, c.cumu_count, clamped)
         m.d.sync += [c.vn.eq(Mux(c.batch == 0, 0, size)), c.mode.eq(c.cmd.tree_mask_mode),
-                     c.invalid.eq(0), c.mask_total.eq(0), c.kv_total.eq(0), c.running.eq(0)]
+                     c.invalid.eq(0), c.mask_total.eq(0), c.kv_total.eq(0), c.running.eq(0),
+                     c.seq_b.eq(0)]
         with m.If(((c.phase != Phase.DRAFTING) & (c.phase != Phase.DRAFTED))
                   | (c.depths_run == 0)):
             m.d.sync += c.status.eq(Status.BAD_PHASE)
@@ -51,26 +57,31 @@ def build_verify_states(m, c):
             m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0)]
             m.next = "VERIFY_SIZES"
 
+    sizes = _request_sizes(m, c)
     with m.State("VERIFY_SIZES"):
-        # mask bytes and kv_indices words of the batch (seq_len read a clock ahead)
-        m.d.comb += c.seq_rd.addr.eq(c.row(c.b))
-        with m.If(c.b == c.batch):
-            m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0), c.trees.eq(0), c.tree_word.eq(0),
-                         c.k4_cmd_sent.eq(0), c.seq_b.eq(0), c.mask_b.eq(0),
-                         c.mask_rows.eq(0), c.flushed.eq(0), c.rsp_x.eq(0)]
-            m.d.comb += [c.rwriter.start.eq(1), c.rwriter.address.eq(c.cmd.address1),
+        # Every request's kv_indices words and mask bytes, one request a clock into the
+        # pipeline; their running sums (and n's, qo_indptr's) are the indptrs' entries, the
+        # last ones (entry B) the totals.
+        issuing = c.b < c.batch
+        m.d.comb += [c.seq_rd.addr.eq(c.row(c.b)), sizes.issue.eq(issuing),
+                     c.indptr_wr.addr.eq(c.seq_b), c.indptr_wr.data.qo.eq(c.running),
+                     c.indptr_wr.data.kv.eq(c.kv_total), c.indptr_wr.data.mask.eq(c.mask_total)]
+        with m.If(issuing):
+            m.d.sync += c.b.eq(c.b + 1)
+        with m.If(sizes.valid):
+            m.d.comb += c.indptr_wr.en.eq(1)
+            m.d.sync += [c.running.eq(c.running + c.vn), c.kv_total.eq(c.kv_total + sizes.kv),
+                         c.mask_total.eq(c.mask_total + sizes.mask), c.seq_b.eq(c.seq_b + 1)]
+        with m.If(~issuing & ~sizes.busy):
+            m.d.comb += [c.indptr_wr.en.eq(1),
+                         c.rwriter.start.eq(1), c.rwriter.address.eq(c.cmd.address1),
                          c.rwriter.count.eq(c.verify_nodes * c.p.tree_words),
                          c.mwriter.start.eq(1), c.mwriter.address.eq(c.cmd.address2),
                          c.mwriter.count.eq((c.mask_total + 3) >> 2)]
+            m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0), c.trees.eq(0), c.tree_word.eq(0),
+                         c.k4_cmd_sent.eq(0), c.seq_b.eq(0), c.mask_b.eq(0),
+                         c.mask_rows.eq(0), c.flushed.eq(0), c.rsp_x.eq(0)]
             m.next = "VERIFY_K4"
-        with m.Elif(c.j == 0):
-            m.d.sync += c.j.eq(1)
-        with m.Else():
-            row_bytes = Mux(c.mode == TreeMaskMode.FULL_MASK, c.seq_rd.data + c.vn,
-                            Mux(c.mode == TreeMaskMode.QLEN_ONLY, c.vn, (c.vn + 7) >> 3))
-            m.d.sync += [c.mask_total.eq(c.mask_total + c.vn * row_bytes),
-                         c.kv_total.eq(c.kv_total + c.seq_rd.data + c.vn), c.b.eq(c.b + 1),
-                         c.j.eq(0)]
 
     with m.State("VERIFY_K4"):
         # (a) the command, then every request's nodes read out of K2 and its seq_len
@@ -144,30 +155,25 @@ def build_verify_states(m, c):
             m.d.sync += c.flushed.eq(1)
         with m.If(c.flushed & (c.trees == c.verify_nodes) & ~c.rwriter.busy & ~c.mwriter.busy
                   & (c.b == c.batch) & (c.seq_b == c.batch)):
-            m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0), c.running.eq(0)]
+            m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0)]
             m.next = "VERIFY_INDPTR"
 
     with m.State("VERIFY_INDPTR"):
         # qo_indptr, kv_indptr, mask_indptr (B + 1 words each; j is the array)
-        m.d.comb += c.seq_rd.addr.eq(c.row(c.b))
         with m.If(c.i == 0):
             m.d.comb += [c.rwriter.start.eq(1), c.rwriter.address.eq(c.cmd.address3),
                          c.rwriter.count.eq(3 * (c.batch + 1))]
             m.d.sync += c.i.eq(1)
-        with m.Elif(c.i == 1):  # seq_len of row b is being read
-            m.d.sync += c.i.eq(2)
         with m.Else():
-            row_bytes = Mux(c.mode == TreeMaskMode.FULL_MASK, c.seq_rd.data + c.vn,
-                            Mux(c.mode == TreeMaskMode.QLEN_ONLY, c.vn, (c.vn + 7) >> 3))
-            step = Array([c.vn, c.seq_rd.data + c.vn, c.vn * row_bytes])[c.j]
-            m.d.comb += [c.rwriter.words.valid.eq(1), c.rwriter.words.payload.eq(c.running)]
-            with m.If(c.rwriter.words.ready):
-                m.d.sync += [c.running.eq(c.running + step), c.b.eq(c.b + 1), c.i.eq(1)]
-                with m.If(c.b == c.batch):
-                    m.d.sync += [c.running.eq(0), c.b.eq(0), c.j.eq(c.j + 1)]
-                    with m.If(c.j == 2):
-                        m.d.sync += [c.j.eq(0), c.i.eq(0)]
-                        m.next = "VERIFY_KV"
+            entry = c.indptr_rd.data
+            indptr = SimpleNamespace(addr=c.indptr_rd.addr,
+                                     data=Array([entry.qo, entry.kv, entry.mask])[c.j])
+            with m.If(copy_words(m, step=c.i, at=1, index=c.b, count=c.batch + 1, read=indptr,
+                                 writer=c.rwriter, address=lambda x: x)):
+                m.d.sync += [c.j.eq(c.j + 1), c.i.eq(1), c.b.eq(0)]
+                with m.If(c.j == 2):
+                    m.d.sync += [c.j.eq(0), c.i.eq(0)]
+                    m.next = "VERIFY_KV"
 
     kv_row = table_address(m, c, pool=c.pool_rd.data, offset=0, name="verify_kv")
     with m.State("VERIFY_KV"):
@@ -536,3 +542,27 @@ def verify_states(m, c):
             with m.If(done & ~c.rwriter.busy & ~c.twriter.busy):
                 m.d.sync += [c.phase.eq(Phase.IDLE), c.j.eq(0), c.i.eq(0)]
                 m.next = "COMPLETE"
+
+
+def _request_sizes(m, c):
+    """A free-running pipeline from the seq_len of a batch row (``c.seq_rd`` addressed while
+    ``issue`` is high, its data a clock later) to the request's ``kv`` (kv_indices words,
+    ``seq_len + n``) and ``mask`` (tree-mask bytes, ``n`` rows of the mode's width), ``valid``
+    for one clock ``SIZES_LATENCY`` clocks after ``issue``. ``busy``: a request is in it.
+
+    A block RAM's output into the row width and a multiply and a running sum do not fit a
+    clock: each gets one.
+    """
+    issued = Signal(SIZES_LATENCY, name="sizes_issued")
+    seq = Signal(32, name="sizes_seq_len")
+    kv = Signal(len(c.kv_total), name="sizes_kv_stage")
+    row_bytes = Signal(len(c.mask_total), name="sizes_row_bytes")
+    sizes = SimpleNamespace(issue=Signal(name="sizes_issue"), valid=issued[-1],
+                            busy=issued.any(), kv=Signal(len(c.kv_total), name="sizes_kv"),
+                            mask=Signal(len(c.mask_total), name="sizes_mask"))
+    width = Mux(c.mode == TreeMaskMode.FULL_MASK, seq + c.vn,
+                Mux(c.mode == TreeMaskMode.QLEN_ONLY, c.vn, (c.vn + 7) >> 3))
+    m.d.sync += [issued.eq(Cat(sizes.issue, issued[:-1])), seq.eq(c.seq_rd.data),
+                 kv.eq(seq + c.vn), row_bytes.eq(width),
+                 sizes.kv.eq(kv), sizes.mask.eq(c.vn * row_bytes)]
+    return sizes
