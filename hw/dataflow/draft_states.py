@@ -129,15 +129,16 @@ def begin_round_states(m, c):
         # Per request: K2 node 0 and the sort/work rows, the frontier's root; element
         # i = 0: node 0; 1 .. MAXV: sort_scores; MAXV+1 .. 2*MAXV+K: work_scores.
         m.d.comb += [c.slot_rd.addr.eq(c.row(c.b, new=True)), c.root_rd.addr.eq(c.b)]
-        host = c.k2.host_cmd.payload
+        host = c.host_cmd.payload
         last = 2 * c.MAXV + c.K
         with m.If(c.b == c.cmd.batch_size):
-            m.d.sync += [c.b.eq(0), c.i.eq(0)]
-            m.next = "BEGIN_TABLE"
+            with m.If(c.host_idle):  # (the last write's answer is dropped this clock)
+                m.d.sync += [c.b.eq(0), c.i.eq(0)]
+                m.next = "BEGIN_TABLE"
         with m.Elif(c.j == 0):  # memories read for request b
             m.d.sync += c.j.eq(1)
         with m.Else():
-            m.d.comb += [c.k2.host_cmd.valid.eq(1), host.write.eq(1),
+            m.d.comb += [c.host_cmd.valid.eq(1), host.write.eq(1),
                          host.slot.eq(c.slot_rd.data), c.slot_row_wr.addr.eq(c.slot_rd.data),
                          c.slot_row_wr.data.eq(c.b), c.slot_row_wr.en.eq(1)]
             with m.If(c.i == 0):
@@ -151,7 +152,7 @@ def begin_round_states(m, c):
             with m.Else():
                 m.d.comb += [host.region.eq(Region.WORK), host.index.eq(c.i - 1 - c.MAXV),
                              host.score.eq(Mux(c.i == c.MAXV + 1, ROOT_SCORE_BITS, 0))]
-            with m.If(c.k2.host_cmd.ready):
+            with m.If(c.host_cmd.ready):
                 m.d.sync += c.i.eq(Mux(c.i == last, 0, c.i + 1))
                 with m.If(c.i == last):
                     m.d.sync += [c.b.eq(c.b + 1), c.j.eq(0)]
@@ -317,23 +318,23 @@ def draft_depth_states(m, c):
     with m.State("RAW_SCORES"):
         # Depth 1 keeps the raw probabilities as the new nodes' cumu_scores
         # (golden.draft_round): read node cumu_count + i, write it back re-scored.
-        host = c.k2.host_cmd.payload
+        host = c.host_cmd.payload
         m.d.comb += [c.slot_rd.addr.eq(c.row(c.b)), host.slot.eq(c.slot_rd.data),
                      host.region.eq(Region.NODE), host.index.eq(c.cumu_count + c.i),
                      c.k2.host_rsp.ready.eq(1)]
         with m.If(c.j == 0):  # read
-            m.d.comb += c.k2.host_cmd.valid.eq(1)
-            with m.If(c.k2.host_cmd.ready):
+            m.d.comb += c.host_cmd.valid.eq(1)
+            with m.If(c.host_cmd.ready):
                 m.d.sync += c.j.eq(1)
         with m.Elif(c.j == 1):
             with m.If(c.k2.host_rsp.valid):
                 m.d.sync += [c.out_node.eq(c.k2.host_rsp.payload), c.j.eq(2)]
         with m.Elif(c.j == 2):  # write back
-            m.d.comb += [c.k2.host_cmd.valid.eq(1), host.write.eq(1),
+            m.d.comb += [c.host_cmd.valid.eq(1), host.write.eq(1),
                          host.tok.eq(c.out_node.tok), host.score.eq(c.probas[c.i]),
                          host.delta.eq(c.out_node.delta), host.prev.eq(c.out_node.prev),
                          host.next.eq(c.out_node.next), host.side.eq(c.out_node.side)]
-            with m.If(c.k2.host_cmd.ready):
+            with m.If(c.host_cmd.ready):
                 m.d.sync += c.j.eq(3)
         with m.Else():
             with m.If(c.k2.host_rsp.valid):
@@ -357,11 +358,11 @@ def draft_depth_states(m, c):
     with m.State("K3_ROWS"):
         # work_scores[slot, 0 .. ws0+K-1] of every request from K2's memory into K3:
         # reads issued by (b, i), answers forwarded by their count j.
-        host = c.k2.host_cmd.payload
-        m.d.comb += [c.slot_rd.addr.eq(c.row(c.b + (c.k2.host_cmd.ready & (c.i == c.ws_len - 1)))),
+        host = c.host_cmd.payload
+        m.d.comb += [c.slot_rd.addr.eq(c.row(c.b + (c.host_cmd.ready & (c.i == c.ws_len - 1)))),
                      host.slot.eq(c.slot_rd.data), host.region.eq(Region.WORK),
-                     host.index.eq(c.i), c.k2.host_cmd.valid.eq(c.b < c.batch)]
-        with m.If(c.k2.host_cmd.valid & c.k2.host_cmd.ready):
+                     host.index.eq(c.i), c.host_cmd.valid.eq(c.b < c.batch)]
+        with m.If(c.host_cmd.valid & c.host_cmd.ready):
             m.d.sync += c.i.eq(Mux(c.i == c.ws_len - 1, 0, c.i + 1))
             with m.If(c.i == c.ws_len - 1):
                 m.d.sync += c.b.eq(c.b + 1)
@@ -373,8 +374,7 @@ def draft_depth_states(m, c):
         m.d.comb += [beat.first.eq(c.j == 0), beat.last.eq(c.j == c.ws_len - 1)]
         with m.If(c.k3.scores.valid & c.k3.scores.ready):
             m.d.sync += c.j.eq(Mux(c.j == c.ws_len - 1, 0, c.j + 1))
-        with m.If((c.b == c.batch) & ~c.k2.host_rsp.valid & (c.j == 0)
-                  & ~(c.k2.host_cmd.valid)):
+        with m.If((c.b == c.batch) & c.host_idle & ~c.k2.host_rsp.valid & (c.j == 0)):
             m.d.sync += [c.i.eq(0), c.j.eq(0)]
             m.next = "K3_RESULT"
 
@@ -412,7 +412,7 @@ def draft_depth_states(m, c):
 
     with m.State("FRONTIER_READ"):
         # Output j of request b: K2's output row, then the record's words.
-        host = c.k2.host_cmd.payload
+        host = c.host_cmd.payload
         m.d.comb += [c.slot_rd.addr.eq(c.row(c.b)), host.slot.eq(c.slot_rd.data),
                      host.region.eq(Region.OUTPUT), host.index.eq(c.j),
                      c.cache_rd.addr.eq(c.b), c.parent_rd.addr.eq(c.b),
@@ -427,8 +427,8 @@ def draft_depth_states(m, c):
         with m.Elif(c.i == 0):  # the memories are read for (b, j)
             m.d.sync += c.i.eq(1)
         with m.Elif(c.i == 1):
-            m.d.comb += c.k2.host_cmd.valid.eq(1)
-            with m.If(c.k2.host_cmd.ready):
+            m.d.comb += c.host_cmd.valid.eq(1)
+            with m.If(c.host_cmd.ready):
                 m.d.sync += c.i.eq(2)
         with m.Elif(c.i == 2):
             with m.If(c.k2.host_rsp.valid):

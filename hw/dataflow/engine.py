@@ -38,6 +38,7 @@ from hw.kernels.update_state import UpdateCumuDraftState, UpdateStateParams
 from hw.kernels.verify_result import VerifyResult, VerifyResultParams
 from hw.kernels.work_deltas import WorkDeltas, WorkDeltasParams
 from hw.lib.params import ParameterRecord, parameter
+from hw.lib.stream import RegisterSlice
 
 from .commands import ONE_BITS, ROOT_SCORE_BITS, Opcode, Status, StopReason
 from .draft_states import begin_round_states, draft_depth_states
@@ -280,6 +281,12 @@ class PersistentEngine(wiring.Component):
         # --- kernels and ports ---------------------------------------------------------------
         m.submodules.k1 = k1 = ScoreSortPipeline(**asdict(p.k1))
         m.submodules.k2 = k2 = UpdateCumuDraftState(**asdict(p.k2))
+        # The sequencer's commands to K2's host port pass a register slice: its state decode
+        # and K2's address and write-enable logic behind it do not fit one clock together.
+        m.submodules.host_slice = host_slice = RegisterSlice(k2.host_cmd.payload.shape())
+        wiring.connect(m, host_slice.o, k2.host_cmd)
+        host_cmd = host_slice.i
+        host_idle = ~host_slice.o.valid & host_slice.i.ready  # no command waits for K2
         m.submodules.k3 = k3 = WorkDeltas(**asdict(p.k3))
         port_args = dict(address_width=p.address_width, port_bits=p.port_bits,
                          max_words=p.max_run_words)

@@ -75,7 +75,7 @@ def read_state_states(m, c):
     with m.State("STATE_ROWS"):
         # element i of the nodes (c.running of them), then sort_scores, then work_scores:
         # j = 0 read, 1 wait for the answer, 2.. its words out
-        host = c.k2.host_cmd.payload
+        host = c.host_cmd.payload
         nodes = c.running
         in_sort = c.i >= nodes
         in_work = c.i >= nodes + c.MAXV
@@ -91,8 +91,8 @@ def read_state_states(m, c):
                 m.d.sync += [c.i.eq(0), c.j.eq(0)]
                 m.next = "COMPLETE"
         with m.Elif(c.j == 0):
-            m.d.comb += c.k2.host_cmd.valid.eq(1)
-            with m.If(c.k2.host_cmd.ready):
+            m.d.comb += c.host_cmd.valid.eq(1)
+            with m.If(c.host_cmd.ready):
                 m.d.sync += c.j.eq(1)
         with m.Elif(c.j == 1):
             with m.If(c.k2.host_rsp.valid):

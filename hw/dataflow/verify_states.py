@@ -91,12 +91,12 @@ def build_verify_states(m, c):
                      kc.tree_mask_mode.eq(c.mode)]
         with m.If(c.k4.cmd.valid & c.k4.cmd.ready):
             m.d.sync += c.k4_cmd_sent.eq(1)
-        host = c.k2.host_cmd.payload
-        advance = c.k2.host_cmd.ready & (c.i == c.cumu_count - 1)
+        host = c.host_cmd.payload
+        advance = c.host_cmd.ready & (c.i == c.cumu_count - 1)
         m.d.comb += [c.slot_rd.addr.eq(c.row(c.b + advance)), host.slot.eq(c.slot_rd.data),
                      host.region.eq(Region.NODE), host.index.eq(c.i),
-                     c.k2.host_cmd.valid.eq(c.k4_cmd_sent & (c.b < c.batch))]
-        with m.If(c.k2.host_cmd.valid & c.k2.host_cmd.ready):
+                     c.host_cmd.valid.eq(c.k4_cmd_sent & (c.b < c.batch))]
+        with m.If(c.host_cmd.valid & c.host_cmd.ready):
             m.d.sync += c.i.eq(Mux(c.i == c.cumu_count - 1, 0, c.i + 1))
             with m.If(c.i == c.cumu_count - 1):
                 m.d.sync += c.b.eq(c.b + 1)
