@@ -424,9 +424,9 @@ def draft_depth_states(m, c):
                 m.d.sync += [c.width.eq(c.next_width), c.depth.eq(c.depth + 1),
                              c.input_count.eq(c.input_count + c.next_width)]
                 m.next = "COMPLETE"
-        with m.Elif(c.i == 0):  # the memories are read for (b, j)
+        with m.Elif((c.i == 0) & (c.j == 0)):  # the memories are read for request b
             m.d.sync += c.i.eq(1)
-        with m.Elif(c.i == 1):
+        with m.Elif(c.i <= 1):  # (for j > 0 the slot was read during the last record)
             m.d.comb += c.host_cmd.valid.eq(1)
             with m.If(c.host_cmd.ready):
                 m.d.sync += c.i.eq(2)
