@@ -168,6 +168,7 @@ def test_component_follows_model(steps):
     async def testbench(ctx):
         state = GaloisLFSR32.ZERO_SEED_STATE
         assert ctx.get(dut.state) == state  # reset value
+        assert ctx.get(dut.coin) == coin_bits(state)
         for seed in seeds:
             ctx.set(dut.seed, seed)
             ctx.set(dut.load, 1)

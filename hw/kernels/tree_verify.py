@@ -384,9 +384,10 @@ class TreeVerify(KernelComponent):
                     m.next = "TREE"
             with m.State("TREE"):
                 # Node i's LFSR coin is draw i + 1: the advance of its beat happens first.
-                m.d.comb += [tree.ready.eq(~(w_valid & (cur == req.nodes - 1))),
-                             lfsr.advance.eq(tree.valid & tree.ready
-                                             | (w_valid & (cur == req.nodes - 1)))]
+                # `last_node` is a clock behind `req`, as is the first beat (`w_valid`).
+                last_beat = w_valid & (cur == last_node)
+                m.d.comb += [tree.ready.eq(~last_beat),
+                             lfsr.advance.eq(tree.valid & tree.ready | last_beat)]
                 with m.If(w_valid):
                     m.d.comb += [
                         node_write.en.eq(1), node_write.addr.eq(cur),
@@ -397,7 +398,7 @@ class TreeVerify(KernelComponent):
                         node_write.data.coin.eq(Mux(req.lfsr, lfsr.coin, w_beat.coin)),
                     ]
                     m.d.sync += cur.eq(cur + 1)
-                    with m.If(cur == req.nodes - 1):
+                    with m.If(last_beat):
                         m.next = "FINAL_COIN"
             with m.State("FINAL_COIN"):
                 m.d.sync += [final_coin.eq(Mux(req.lfsr, lfsr.coin, req.final_coin)), cur.eq(0)]

@@ -20,17 +20,19 @@ from .pipeline import count_leading_zeros
 __all__ = ["GaloisLFSR32", "coin_to_float32"]
 
 
-def coin_to_float32(coin):
+def coin_to_float32(coin, leading_zeros=None):
     """float32 bit pattern of ``coin * 2^-24`` for a 24-bit unsigned ``coin`` (combinational).
 
     Exact (a 24-bit integer times a power of two needs no rounding): zero for ``coin == 0``,
     else exponent field ``126 - lz`` and the bits below the leading one, where ``lz`` is the
-    number of leading zeros of ``coin``.
+    number of leading zeros of ``coin``. ``leading_zeros``, when given, is that count (24 for
+    a zero coin), computed elsewhere (a clock ahead, in :class:`GaloisLFSR32`).
     """
-    leading_zeros = count_leading_zeros(coin)
+    if leading_zeros is None:
+        leading_zeros = count_leading_zeros(coin)
     normalised = (coin << leading_zeros)[:24]
     exponent = (126 - leading_zeros)[:8]
-    return Mux(coin == 0, 0, Cat(normalised[:23], exponent, 0))
+    return Mux(leading_zeros == 24, 0, Cat(normalised[:23], exponent, 0))
 
 
 class GaloisLFSR32(GaloisLFSR32Model, wiring.Component):
@@ -55,8 +57,10 @@ class GaloisLFSR32(GaloisLFSR32Model, wiring.Component):
     state : Out(32)
         The state register (reset: ``ZERO_SEED_STATE``, as if seeded with 0).
     coin : Out(32)
-        float32 bit pattern of ``(state >> 8) * 2^-24``, combinational from ``state``: after
-        a load and ``i`` advances it is draw ``i`` of ``model_coins(seed, i)``.
+        float32 bit pattern of ``(state >> 8) * 2^-24``, valid with ``state``: after a load
+        and ``i`` advances it is draw ``i`` of ``model_coins(seed, i)``. Its leading-zero
+        count is registered with the state (from the next state), so only the normalising
+        shift lies between the registers and ``coin``.
 
     The ``model_*`` classmethods (``model_seed``, ``model_step``, ``model_leap``,
     ``model_coin``, ``model_coins``, ``model_coins_batch``, ``leap_matrix``) are the
@@ -94,9 +98,19 @@ class GaloisLFSR32(GaloisLFSR32Model, wiring.Component):
         leaped = Signal(32, name="leaped")
         m.d.comb += leaped.eq(Cat(*((self.state & row).xor() for row in rows)))
         seeded = Mux(self.seed == 0, self.ZERO_SEED_STATE, self.seed)
+        # The coin's leading-zero count is registered with the state: one register per source
+        # of the next state, so that the load/advance decision is no input of the count.
+        seeded_zeros = Signal(5, init=24 - (self.ZERO_SEED_STATE >> self.COIN_SHIFT).bit_length())
+        leaped_zeros = Signal(5)
+        from_seed = Signal(init=1)  # the state is a seed, not a leap
         with m.If(self.load):
-            m.d.sync += self.state.eq(seeded)
+            m.d.sync += [self.state.eq(seeded), from_seed.eq(1)]
         with m.Elif(self.advance):
-            m.d.sync += self.state.eq(leaped)
-        m.d.comb += self.coin.eq(coin_to_float32(self.state[self.COIN_SHIFT:]))
+            m.d.sync += [self.state.eq(leaped), from_seed.eq(0)]
+        with m.If(self.load):
+            m.d.sync += seeded_zeros.eq(count_leading_zeros(seeded[self.COIN_SHIFT:]))
+        with m.If(self.advance):
+            m.d.sync += leaped_zeros.eq(count_leading_zeros(leaped[self.COIN_SHIFT:]))
+        m.d.comb += self.coin.eq(coin_to_float32(self.state[self.COIN_SHIFT:],
+                                                 Mux(from_seed, seeded_zeros, leaped_zeros)))
         return m
