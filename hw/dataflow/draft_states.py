@@ -174,7 +174,8 @@ def begin_round_states(m, c):
                              c.bank.eq(~c.bank), c.depths_run.eq(0),
                              c.verify_num.eq(c.cmd.verify_num), c.depths.eq(c.cmd.depths),
                              c.depth.eq(1), c.width.eq(1), c.input_count.eq(1),
-                             c.cumu_count.eq(1), c.b.eq(0), c.i.eq(0), c.j.eq(0)]
+                             c.cumu_count.eq(1), c.cumu_last.eq(0), c.b.eq(0), c.i.eq(0),
+                             c.j.eq(0)]
                 m.next = "COMPLETE"
         with m.Elif(c.j < TABLE_READY):  # the row's pool and seq_len, then its address
             m.d.sync += c.j.eq(c.j + 1)
@@ -198,7 +199,7 @@ def draft_depth_states(m, c):
     ``c`` holds the engine's shared signals, memories and kernels (``PersistentEngine.elaborate``).
     """
     with m.State("DRAFT_CHECK"):
-        m.d.sync += c.n.eq(c.width * c.K)
+        m.d.sync += [c.n.eq(c.width * c.K), c.n_last.eq(c.width * c.K - 1)]
         with m.If((c.phase == Phase.IDLE) | (c.phase == Phase.BUILT)):
             m.d.sync += c.status.eq(Status.BAD_PHASE)
             m.next = "COMPLETE"
@@ -222,8 +223,8 @@ def draft_depth_states(m, c):
         with m.If(c.words_taken):
             with m.If(c.words.payload >= c.cfg.vocab_size):  # unsigned: negatives too
                 m.d.sync += c.bad_argument.eq(1)
-            m.d.sync += c.i.eq(Mux(c.i == c.n - 1, 0, c.i + 1))
-            with m.If(c.i == c.n - 1):
+            m.d.sync += c.i.eq(Mux(c.i == c.n_last, 0, c.i + 1))
+            with m.If(c.i == c.n_last):
                 m.d.sync += c.b.eq(c.b + 1)
         with m.If(~c.reader.busy & ~c.words.valid & (c.b == c.batch)):
             m.d.sync += [c.b.eq(0), c.i.eq(0)]
@@ -292,7 +293,7 @@ def draft_depth_states(m, c):
         m.d.comb += [c.token_rd.addr.eq(c.b * c.NM + ahead), c.fnode_rd.addr.eq(c.b * c.WM + ahead),
                      c.fmask_rd.addr.eq(c.b * c.WM + ahead), c.slot_rd.addr.eq(c.row(c.b))]
         m.d.comb += [
-            c.k2.req.valid.eq(1), beat.first.eq(c.i == 0), beat.last.eq(c.i == c.n - 1),
+            c.k2.req.valid.eq(1), beat.first.eq(c.i == 0), beat.last.eq(c.i == c.n_last),
             beat.proba.eq(c.result.curr[c.i]), beat.token.eq(c.token_rd.data),
             beat.sorted_score.eq(c.result.scores[c.i]),
             beat.sorted_index.eq(c.result.indices[c.i]),
@@ -301,7 +302,7 @@ def draft_depth_states(m, c):
         ]
         with m.If(taken):
             m.d.sync += c.i.eq(c.i + 1)
-            with m.If(c.i == c.n - 1):
+            with m.If(c.i == c.n_last):
                 m.d.sync += c.i.eq(0)
                 m.next = "K2_DONE"
 
@@ -339,7 +340,7 @@ def draft_depth_states(m, c):
         with m.Else():
             with m.If(c.k2.host_rsp.valid):
                 m.d.sync += [c.j.eq(0), c.i.eq(c.i + 1)]
-                with m.If(c.i == c.n - 1):
+                with m.If(c.i == c.n_last):
                     m.d.sync += [c.i.eq(0), c.b.eq(c.b + 1)]
                     m.next = "DRAFT_PROBAS"
 
@@ -349,7 +350,7 @@ def draft_depth_states(m, c):
                      k3_cmd.cumu_count.eq(c.cumu_count), k3_cmd.verify_num.eq(c.verify_num),
                      k3_cmd.cost_per_node.eq(c.cfg.cost_per_node)]
         clamped = c.clamp_verify(c.verify_num)
-        m.d.sync += c.ws_len.eq(Mux(c.cumu_count < clamped, c.cumu_count, clamped) + c.K)
+        m.d.sync += c.ws_last.eq(Mux(c.cumu_count < clamped, c.cumu_count, clamped) + (c.K - 1))
         m.d.comb += c.slot_rd.addr.eq(c.row(0))
         with m.If(c.k3.cmd.ready):
             m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0)]
@@ -359,21 +360,21 @@ def draft_depth_states(m, c):
         # work_scores[slot, 0 .. ws0+K-1] of every request from K2's memory into K3:
         # reads issued by (b, i), answers forwarded by their count j.
         host = c.host_cmd.payload
-        m.d.comb += [c.slot_rd.addr.eq(c.row(c.b + (c.host_cmd.ready & (c.i == c.ws_len - 1)))),
+        m.d.comb += [c.slot_rd.addr.eq(c.row(c.b + (c.host_cmd.ready & (c.i == c.ws_last)))),
                      host.slot.eq(c.slot_rd.data), host.region.eq(Region.WORK),
                      host.index.eq(c.i), c.host_cmd.valid.eq(c.b < c.batch)]
         with m.If(c.host_cmd.valid & c.host_cmd.ready):
-            m.d.sync += c.i.eq(Mux(c.i == c.ws_len - 1, 0, c.i + 1))
-            with m.If(c.i == c.ws_len - 1):
+            m.d.sync += c.i.eq(Mux(c.i == c.ws_last, 0, c.i + 1))
+            with m.If(c.i == c.ws_last):
                 m.d.sync += c.b.eq(c.b + 1)
         beat = c.k3.scores.payload
         m.d.comb += [c.k3.scores.valid.eq(c.k2.host_rsp.valid),
                      c.k2.host_rsp.ready.eq(c.k3.scores.ready),
                      beat.scores[0].eq(c.k2.host_rsp.payload.score)]
         # j counts answers within the current row
-        m.d.comb += [beat.first.eq(c.j == 0), beat.last.eq(c.j == c.ws_len - 1)]
+        m.d.comb += [beat.first.eq(c.j == 0), beat.last.eq(c.j == c.ws_last)]
         with m.If(c.k3.scores.valid & c.k3.scores.ready):
-            m.d.sync += c.j.eq(Mux(c.j == c.ws_len - 1, 0, c.j + 1))
+            m.d.sync += c.j.eq(Mux(c.j == c.ws_last, 0, c.j + 1))
         with m.If((c.b == c.batch) & c.host_idle & ~c.k2.host_rsp.valid & (c.j == 0)):
             m.d.sync += [c.i.eq(0), c.j.eq(0)]
             m.next = "K3_RESULT"
@@ -389,7 +390,8 @@ def draft_depth_states(m, c):
 
     with m.State("DECIDE"):
         new_count = c.cumu_count + c.n
-        m.d.sync += [c.cumu_count.eq(new_count), c.depths_run.eq(c.depths_run + 1), c.b.eq(0),
+        m.d.sync += [c.cumu_count.eq(new_count), c.cumu_last.eq(c.cumu_count + c.n_last),
+                     c.depths_run.eq(c.depths_run + 1), c.b.eq(0),
                      c.i.eq(0), c.j.eq(0)]
         with m.If(c.next_width == 0):
             m.d.sync += c.stop_reason.eq(StopReason.WIDTH_ZERO)

@@ -397,6 +397,15 @@ class PersistentEngine(wiring.Component):
         width = Signal(range(WM + 1))  # frontier width W
         input_count = Signal(range(p.kv_slots + WM + 1))
         cumu_count = Signal(range(MAXN + NM + 1))
+        # Loop bounds less one, each set in the clock its count is (a counter compared with a
+        # register: no subtraction's carry chain in front of the counters' next-state logic).
+        # Signed, so that a zero count's -1 matches no counter.
+        cumu_last = Signal(range(-1, MAXN + NM), init=-1)  # cumu_count - 1
+        n_last = Signal(range(-1, NM), init=-1)  # n - 1
+        vn_last = Signal(range(-1, MAXV), init=-1)  # vn - 1
+        request_last = Signal(range(-1, p.verify_request_words + MAXV),  # words of a verify
+                              init=p.verify_request_words - 1)  # request record, less one
+        ws_last = Signal(range(-1, MAXV + K), init=-1)  # ws0 + K - 1: K3's scores per row, less one
 
         b = Signal(range(MAXB + 2))  # request of the batch (up to B + 1: the indptrs' entries)
         i = Signal(range(max(R, NM, MAXV + K, WM * F, MAXN) + 2))  # element within it
@@ -409,7 +418,6 @@ class PersistentEngine(wiring.Component):
         probas = Array(Signal(32, name=f"proba{t}") for t in range(NM))
         parent_scores = Array(Signal(32, name=f"parent_score{w}") for w in range(WM))
         result = Signal(k1.result_layout)
-        ws_len = Signal(range(MAXV + K + 1))  # ws0 + K
         out_node = Signal(k2.host_response_layout)
         vn = Signal(range(MAXV + 1))  # n, the verify-set size
         verify_nodes = Signal(range(MAXB * MAXV + 1))  # batch * vn, a clock behind vn

@@ -27,7 +27,10 @@ def build_verify_states(m, c):
     with m.State("VERIFY_CHECK"):
         clamped = c.clamp_verify(c.verify_num)
         size = Mux(c.cumu_count < clamped, c.cumu_count, clamped)
-        m.d.sync += [c.vn.eq(Mux(c.batch == 0, 0, size)), c.mode.eq(c.cmd.tree_mask_mode),
+        vn = Mux(c.batch == 0, 0, size)
+        m.d.sync += [c.vn.eq(vn), c.vn_last.eq(vn - 1),
+                     c.request_last.eq(vn + (c.p.verify_request_words - 1)),
+                     c.mode.eq(c.cmd.tree_mask_mode),
                      c.invalid.eq(0), c.mask_total.eq(0), c.kv_total.eq(0), c.running.eq(0),
                      c.seq_b.eq(0)]
         with m.If(((c.phase != Phase.DRAFTING) & (c.phase != Phase.DRAFTED))
@@ -92,13 +95,13 @@ def build_verify_states(m, c):
         with m.If(c.k4.cmd.valid & c.k4.cmd.ready):
             m.d.sync += c.k4_cmd_sent.eq(1)
         host = c.host_cmd.payload
-        advance = c.host_cmd.ready & (c.i == c.cumu_count - 1)
+        advance = c.host_cmd.ready & (c.i == c.cumu_last)
         m.d.comb += [c.slot_rd.addr.eq(c.row(c.b + advance)), host.slot.eq(c.slot_rd.data),
                      host.region.eq(Region.NODE), host.index.eq(c.i),
                      c.host_cmd.valid.eq(c.k4_cmd_sent & (c.b < c.batch))]
         with m.If(c.host_cmd.valid & c.host_cmd.ready):
-            m.d.sync += c.i.eq(Mux(c.i == c.cumu_count - 1, 0, c.i + 1))
-            with m.If(c.i == c.cumu_count - 1):
+            m.d.sync += c.i.eq(Mux(c.i == c.cumu_last, 0, c.i + 1))
+            with m.If(c.i == c.cumu_last):
                 m.d.sync += c.b.eq(c.b + 1)
         node = c.k4.nodes.payload
         answer = c.k2.host_rsp.payload
@@ -106,9 +109,9 @@ def build_verify_states(m, c):
                      c.k2.host_rsp.ready.eq(c.k4.nodes.ready),
                      node.token.eq(answer.tok), node.score.eq(answer.score),
                      node.prev.eq(answer.prev), node.first.eq(c.rsp_x == 0),
-                     node.last.eq(c.rsp_x == c.cumu_count - 1)]
+                     node.last.eq(c.rsp_x == c.cumu_last)]
         with m.If(c.k4.nodes.valid & c.k4.nodes.ready):
-            m.d.sync += c.rsp_x.eq(Mux(c.rsp_x == c.cumu_count - 1, 0, c.rsp_x + 1))
+            m.d.sync += c.rsp_x.eq(Mux(c.rsp_x == c.cumu_last, 0, c.rsp_x + 1))
         m.d.comb += [c.seq_k4_rd.addr.eq(c.row(c.seq_b + (c.k4.seq_lens.valid
                                                     & c.k4.seq_lens.ready))),
                      c.k4.seq_lens.valid.eq(c.k4_cmd_sent & (c.seq_b < c.batch)),
@@ -138,7 +141,7 @@ def build_verify_states(m, c):
         # (c) mask rows into bytes; the row width of the request they belong to (its seq_len
         # read a clock ahead: the next request's first row may follow the last one at once)
         request_done = (c.k4.mask.valid & c.k4.mask.ready & c.k4.mask.payload.row_last
-                        & (c.mask_rows == c.vn - 1))
+                        & (c.mask_rows == c.vn_last))
         m.d.comb += [c.mask_bytes.mask.valid.eq(c.k4.mask.valid),
                      c.mask_bytes.mask.payload.eq(c.k4.mask.payload),
                      c.k4.mask.ready.eq(c.mask_bytes.mask.ready),
@@ -147,8 +150,8 @@ def build_verify_states(m, c):
                      c.mask_bytes.columns.eq(Mux(c.mode == TreeMaskMode.FULL_MASK,
                                                c.seq_mask_rd.data + c.vn, c.vn))]
         with m.If(c.k4.mask.valid & c.k4.mask.ready & c.k4.mask.payload.row_last):
-            m.d.sync += c.mask_rows.eq(Mux(c.mask_rows == c.vn - 1, 0, c.mask_rows + 1))
-            with m.If(c.mask_rows == c.vn - 1):
+            m.d.sync += c.mask_rows.eq(Mux(c.mask_rows == c.vn_last, 0, c.mask_rows + 1))
+            with m.If(c.mask_rows == c.vn_last):
                 m.d.sync += c.mask_b.eq(c.mask_b + 1)
         with m.If((c.mask_b == c.batch) & ~c.flushed):
             m.d.comb += c.mask_bytes.flush.eq(1)
@@ -267,8 +270,8 @@ def verify_states(m, c):
         not_finite = value[23:31] == 0xFF
         negative = value[31] & (value[:31] != 0)  # -0.0 is >= 0
         with m.If(c.words_taken):
-            m.d.sync += c.i.eq(Mux(c.i == c.p.verify_request_words + c.vn - 1, 0, c.i + 1))
-            with m.If(c.i == c.p.verify_request_words + c.vn - 1):
+            m.d.sync += c.i.eq(Mux(c.i == c.request_last, 0, c.i + 1))
+            with m.If(c.i == c.request_last):
                 m.d.sync += c.b.eq(c.b + 1)
             with m.If((c.i == 0) & (not_finite | negative)):
                 m.d.sync += c.bad_argument.eq(1)
@@ -346,10 +349,10 @@ def verify_states(m, c):
                      beat.next_token.eq(c.vtree_rd.data.next),
                      beat.next_sibling.eq(c.vtree_rd.data.sibling),
                      beat.coin.eq(c.coin_rd.data), beat.first.eq(c.i == 0),
-                     beat.last.eq(c.i == c.vn - 1)]
+                     beat.last.eq(c.i == c.vn_last)]
         with m.If(taken):
             m.d.sync += c.i.eq(c.i + 1)
-            with m.If(c.i == c.vn - 1):
+            with m.If(c.i == c.vn_last):
                 m.d.sync += c.i.eq(0)
                 m.next = "RUN_TV_RESULT"
 
@@ -378,14 +381,14 @@ def verify_states(m, c):
                      c.locs2_rd.addr.eq(c.b * c.vn + c.i + taken),
                      node7.predict.eq(c.predicts_rd.data),
                      node7.cache_loc.eq(c.locs2_rd.data),
-                     node7.first.eq(c.i == 0), node7.last.eq(c.i == c.vn - 1),
+                     node7.first.eq(c.i == 0), node7.last.eq(c.i == c.vn_last),
                      c.k7.nodes.valid.eq(c.j == 1)]
         with m.If(c.j == 0):
             m.d.comb += [c.predicts_rd.addr.eq(c.b * c.vn), c.locs2_rd.addr.eq(c.b * c.vn)]
             m.d.sync += c.j.eq(1)
         with m.Elif(taken):
             m.d.sync += c.i.eq(c.i + 1)
-            with m.If(c.i == c.vn - 1):
+            with m.If(c.i == c.vn_last):
                 m.d.sync += [c.i.eq(0), c.j.eq(0)]
                 m.next = "RUN_K7_REQUEST"
 
