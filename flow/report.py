@@ -577,7 +577,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="measure nothing: keep every row of the existing "
                              "cycle_budget.json, read the 300 MHz verdicts again from "
                              "reports/synth/ (after python -m hw.synth) and write the sheet, "
-                             "fusion_design.md and the plot again")
+                             "fusion_design.md and the plot again (env_manifest.txt keeps the "
+                             "revision the rows were measured at)")
     return parser
 
 
@@ -603,7 +604,9 @@ def main(argv=None) -> int:
         if args.kernel:
             parser.error("--verdicts-only measures nothing: leave out --kernel")
         selected = []
-    console = Console(LOG_DIR / "report.log", total_steps=5 + len(selected))
+    # --verdicts-only keeps env_manifest.txt: it names the revision the rows were measured at
+    console = Console(LOG_DIR / "report.log",
+                      total_steps=(4 if args.verdicts_only else 5) + len(selected))
     out = args.out
     started = time.monotonic()
     try:
@@ -615,8 +618,9 @@ def main(argv=None) -> int:
         console.step(f"writing {out / 'benchmark_contract.md'}")
         (out / "benchmark_contract.md").write_text(render_contract(contract, points,
                                                                    args.contract))
-        console.step(f"writing {out / 'env_manifest.txt'}")
-        (out / "env_manifest.txt").write_text(render_env_manifest(args.contract))
+        if not args.verdicts_only:
+            console.step(f"writing {out / 'env_manifest.txt'}")
+            (out / "env_manifest.txt").write_text(render_env_manifest(args.contract))
         rows, missing = ([], []) if args.verdicts_only else measure_kernels(
             contract, points, target, console, kernels=args.kernel)
         if args.verdicts_only or (args.keep_others and args.kernel):

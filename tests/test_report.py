@@ -228,6 +228,7 @@ def test_verdicts_only_keeps_the_rows_and_reads_the_verdicts_again(tmp_path, cap
     out = tmp_path / "reports"
     assert run(capsys, "--out", str(out))[0] == 0
     before = json.loads((out / "cycle_budget.json").read_text())
+    (out / "env_manifest.txt").write_text("the measured revision\n")
     isolated["score"] = _fake_target(lambda point, **_: pytest.fail("measured again"))
     (tmp_path / "synth").mkdir()
     (tmp_path / "synth" / "score.json").write_text(json.dumps(
@@ -240,6 +241,7 @@ def test_verdicts_only_keeps_the_rows_and_reads_the_verdicts_again(tmp_path, cap
     assert sheet["rows"] == [{**r, **changed} if r["kernel"] == "score" else r
                              for r in before["rows"]]
     assert "measuring" not in stdout
+    assert (out / "env_manifest.txt").read_text() == "the measured revision\n"
 
 
 def test_verdicts_only_refuses_a_kernel(tmp_path, capsys, isolated):
