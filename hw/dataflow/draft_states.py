@@ -199,7 +199,8 @@ def draft_depth_states(m, c):
     ``c`` holds the engine's shared signals, memories and kernels (``PersistentEngine.elaborate``).
     """
     with m.State("DRAFT_CHECK"):
-        m.d.sync += [c.n.eq(c.width * c.K), c.n_last.eq(c.width * c.K - 1)]
+        n = c.width * c.K
+        m.d.sync += [c.n.eq(n), c.n_last.eq(n - 1)]
         with m.If((c.phase == Phase.IDLE) | (c.phase == Phase.BUILT)):
             m.d.sync += c.status.eq(Status.BAD_PHASE)
             m.next = "COMPLETE"

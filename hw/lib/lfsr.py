@@ -104,12 +104,11 @@ class GaloisLFSR32(GaloisLFSR32Model, wiring.Component):
         leaped_zeros = Signal(5)
         from_seed = Signal(init=1)  # the state is a seed, not a leap
         with m.If(self.load):
-            m.d.sync += [self.state.eq(seeded), from_seed.eq(1)]
+            m.d.sync += [self.state.eq(seeded), from_seed.eq(1),
+                         seeded_zeros.eq(count_leading_zeros(seeded[self.COIN_SHIFT:]))]
         with m.Elif(self.advance):
             m.d.sync += [self.state.eq(leaped), from_seed.eq(0)]
-        with m.If(self.load):
-            m.d.sync += seeded_zeros.eq(count_leading_zeros(seeded[self.COIN_SHIFT:]))
-        with m.If(self.advance):
+        with m.If(self.advance):  # not `Elif`: its enable is `advance` alone (unused on a load)
             m.d.sync += leaped_zeros.eq(count_leading_zeros(leaped[self.COIN_SHIFT:]))
         m.d.comb += self.coin.eq(coin_to_float32(self.state[self.COIN_SHIFT:],
                                                  Mux(from_seed, seeded_zeros, leaped_zeros)))
