@@ -10,12 +10,15 @@ numpy float32 operation (IEEE round to nearest even), comparisons are IEEE float
 comparisons, and the residual's ``sum(r)`` and prefix sums are sequential left to right
 (``np.add.accumulate`` in float32, strictly in order). In particular the acceptance test is
 
-    coin <= float32(prob_acc) / float32(max(threshold_acc, 1e-9))
-    or q >= float32(threshold_single)
+    q > 0 and (coin <= float32(prob_acc) / float32(max(threshold_acc, 1e-9))
+               or q >= float32(threshold_single))
 
-with a correctly rounded float32 division; with ``threshold_acc == 1.0`` (the default, and the
-lossless setting) the quotient is ``prob_acc`` itself. Hardware that has no divider must
-produce the same quotient (a correctly rounded divider, or a comparison proven equivalent).
+with a correctly rounded float32 division (``q > 0`` is ours, not SGLang's: a token of
+target probability 0 is never accepted, not even with a coin of exactly 0.0 or
+``threshold_single == 0``; docs/decisions.md, "Zero-probability tokens"); with
+``threshold_acc == 1.0`` (the default, and the lossless setting) the quotient is
+``prob_acc`` itself. Hardware that has no divider must produce the same quotient (a
+correctly rounded divider, or a comparison proven equivalent).
 
 Every check runs before the first write: the op computes each request's outputs first
 (which also catches a sibling cycle in the links) and then writes them, in the order the
@@ -157,6 +160,13 @@ def _commit(v, results):
 # --- K6 sampling -----------------------------------------------------------------------------
 
 
+def _accepts(q, coin, quotient, threshold_single) -> bool:
+    """The §8 acceptance test of a candidate of target probability ``q``: ``coin <=
+    quotient`` (``prob_acc / threshold_acc``) or ``q >= threshold_single``, and never for
+    ``q`` of 0 (or NaN): the ``q > 0`` guard is ours, not SGLang's (docs/decisions.md)."""
+    return bool(q > 0 and (coin <= quotient or q >= threshold_single))
+
+
 def _residual_sample(target_row, draft_row, subtract, coin):
     """Final draw of §8 from one row: returns the token index (int).
 
@@ -189,7 +199,7 @@ def _sample_request(b, n, s, v, coins, coin_final, target, thr_single, thr_acc):
         tok = int(cand[cur])
         q = target[b, row, tok]
         state["prob_acc"] = _F32(state["prob_acc"] + q)
-        if state["coin"] <= _F32(state["prob_acc"] / thr_acc) or q >= thr_single:
+        if _accepts(q, state["coin"], _F32(state["prob_acc"] / thr_acc), thr_single):
             state["prob_acc"] = _ZERO
             state["coin"] = _F32(coins[b, cur])
             return True

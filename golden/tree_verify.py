@@ -23,7 +23,7 @@ import numpy as np
 
 from ._abi import check_index_range, in_view, out_view
 from .logit_rows import GREEDY_TEMPERATURE, row_distribution, temperature_scale
-from .reject_sample import _commit, _threshold, _tree_views, _walk, tree_lfsr_coins
+from .reject_sample import _accepts, _commit, _threshold, _tree_views, _walk, tree_lfsr_coins
 
 __all__ = ["tree_speculative_sampling_from_logits", "draft_tree_reject_sample_from_logits",
            "tree_speculative_sampling_from_logits_reference", "visited_rows"]
@@ -117,8 +117,8 @@ def _sampling_request(b, v, settings):
         kept = bool(distribution(row).kept[token] and distribution(row).mantissa[token])
         trace.append((row, cur, kept, True))
         state["prob_acc"] = _F32(state["prob_acc"] + q)
-        if state["coin"] <= _F32(state["prob_acc"] / settings["threshold_acc"]) \
-                or q >= settings["threshold_single"]:
+        if _accepts(q, state["coin"], _F32(state["prob_acc"] / settings["threshold_acc"]),
+                   settings["threshold_single"]):
             state["prob_acc"] = _F32(0)
             state["coin"] = settings["coins"][b, cur]
             return True
@@ -279,8 +279,8 @@ def tree_speculative_sampling_from_logits_reference(
         def accept(cur, row, b=b, cand=cand, probs=probs, state=state, rejected=rejected):
             q = probs(row)[int(cand[cur])]
             state["prob_acc"] += q
-            if state["coin"] <= state["prob_acc"] / float(settings["threshold_acc"]) \
-                    or q >= float(settings["threshold_single"]):
+            if _accepts(q, state["coin"], state["prob_acc"] / float(settings["threshold_acc"]),
+                       float(settings["threshold_single"])):
                 state["prob_acc"] = 0.0
                 state["coin"] = float(settings["coins"][b, cur])
                 return True

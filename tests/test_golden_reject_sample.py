@@ -124,7 +124,7 @@ def reference_sampling(case, threshold_single=1.0, threshold_acc=1.0):
                 tok = cand[b, cur]
                 q = target[row, tok]
                 prob_acc = F32(prob_acc + q)
-                if coin <= F32(prob_acc / t_acc) or q >= t_single:
+                if q > 0 and (coin <= F32(prob_acc / t_acc) or q >= t_single):
                     prob_acc = F32(0)
                     row = b * n + cur
                     coin = coins[b, cur]
@@ -654,3 +654,18 @@ def test_biased_sampler_without_draft_subtraction_fails(monkeypatch, sim_report)
     sim_report(f"K6 biased (residual without draft, 20,000 trials): first-token p = "
                f"{pvalues['first']:.1e}")
     assert pvalues["first"] < 0.001, pvalues
+
+
+def test_zero_probability_is_never_accepted_even_with_a_zero_coin():
+    """Coin exactly 0.0 against a candidate of target probability 0: SGLang's ``0 <= 0``
+    would accept it; the ``q > 0`` guard (docs/decisions.md) rejects it, also with
+    ``threshold_single`` 0, and the residual draw does not pick it."""
+    for single, acc in ((1.0, 1.0), (0.0, 0.0)):
+        case = hand_case()
+        case["target_probs"][0, 0] = [0.0, 0.5, 0.5, 0.0]  # child 1's token 2 -> q = 0.5
+        case["candidates"][0, 1] = 3  # child 1 now proposes token 3, q = 0
+        case["candidates"][0, 2] = 0  # child 2: token 0, q = 0
+        call_sampling(case, threshold_single=single, threshold_acc=acc)
+        assert case["accept_token_num"].tolist() == [0]
+        assert case["accept_index"].tolist() == [[0, -1, -1]]
+        assert case["predicts"][0] in (1, 2)

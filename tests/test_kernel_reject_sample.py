@@ -24,7 +24,13 @@ from sim.amaranth_tb import simulate
 from sim.harness import BUILD_ROOT
 from sim.reject_sample import PARAMETERS, TARGET
 from sim.reject_sample.cases import call_from_case, write_case_file
-from sim.reject_sample.generators import directed_calls, perf_call, random_call, random_probs
+from sim.reject_sample.generators import (
+    _sampling_call,
+    directed_calls,
+    perf_call,
+    random_call,
+    random_probs,
+)
 from sim.reject_sample.pysim import run_on_amaranth
 from sim.reject_sample.results import compare, expected
 from sim.targets import NotMeasured
@@ -397,3 +403,27 @@ def test_sixteen_lanes_under_verilator(sim_report):
                          log_file=BUILD_ROOT / "pytest-reject_sample-16.log")
     sim_report(f"reject_sample lanes=16: {summary['vectors']:,} requests bit-exact; "
                f"final row {summary['extra']['final-row elements/clock']}")
+
+
+def _zero_probability_calls():
+    """Root -> child 1 whose candidate (token 3) has target probability 0, coin exactly 0.0:
+    with thresholds (1, 1) and (0, 0) (``q >= threshold_single`` holds for q = 0 there)."""
+    target = np.full((2, 2, 8), 0.125, F32)
+    target[:, :, 3] = 0.0
+    target[:, :, 4] = 0.25
+    return [_sampling_call(f"coin 0, q 0, thresholds ({single}, {acc})", {0: [1]}, 2, 2,
+                           target, [[0, 3], [0, 3]], np.zeros((2, 2)), [0.0, 0.5],
+                           single=single, acc=acc)
+            for single, acc in ((1.0, 1.0), (0.0, 0.0))]
+
+
+def test_zero_probability_token_is_never_accepted_on_amaranth_simulator():
+    """A candidate of target probability 0 is rejected even with a coin of exactly 0.0 (and
+    with ``threshold_single`` 0): the ``q > 0`` guard of docs/decisions.md. The golden's
+    outputs are checked against the hand answer first, then the kernel against the golden."""
+    calls = _zero_probability_calls()
+    for call in calls:
+        out = expected(call)
+        assert out["accept_token_num"].tolist() == [0, 0], call.name
+        assert (out["predicts"][[0, 2]] != 3).all(), call.name  # the residual skips it too
+    run_on_amaranth(RejectSample(**SMALL), calls, seed=6)

@@ -25,7 +25,7 @@ from sim.targets import NotMeasured
 from sim.tree_verify import PARAMETERS, TARGET
 from sim.tree_verify.call import Call
 from sim.tree_verify.cases import EXAMPLE_CASE
-from sim.tree_verify.generators import directed_calls, random_call, verify_step_call
+from sim.tree_verify.generators import _directed, directed_calls, random_call, verify_step_call
 from sim.tree_verify.pysim import run_on_amaranth
 from sim.tree_verify.results import compare, expected
 from sim.tree_verify.schedule import call_cycles
@@ -253,3 +253,29 @@ def test_top_k_one_searches_past_the_largest_key():
              if call.name == "top_k = 1"]
     assert calls
     run_on_amaranth(TreeVerify(**SMALL), calls)
+
+
+def _zero_probability_calls():
+    """Root -> child 1 whose candidate has target probability 0, coin exactly 0.0: request 0
+    through a ``-inf`` logit, request 1 through ``top_k = 2`` (the candidate ranks last); with
+    thresholds (1, 1) and (0, 0) (``q >= threshold_single`` holds for q = 0 there)."""
+    rows = np.tile(np.arange(8, dtype=F32), (4, 1))
+    rows[0, 0] = -np.inf
+    return [_directed(f"coin 0, q 0, thresholds ({single}, {acc})", {0: [1]}, 2, 2, rows,
+                      [1.0, 1.0], ranks=-1, coins=0.0, finals=0.5,
+                      top_k=np.array([0, 2], np.int32), threshold_single=single,
+                      threshold_acc=acc)
+            for single, acc in ((1.0, 1.0), (0.0, 0.0))]
+
+
+def test_zero_probability_token_is_never_accepted_on_amaranth_simulator():
+    """A candidate of probability 0 (a ``-inf`` logit, a token outside top-k) is rejected even
+    with a coin of exactly 0.0: the ``q > 0`` guard of docs/decisions.md. The golden's outputs
+    are checked against the hand answer first, then the kernel against the golden."""
+    calls = _zero_probability_calls()
+    for call in calls:
+        assert call.candidates[:, 1].tolist() == [0, 0], call.name
+        out = expected(call)
+        assert out["accept_token_num"].tolist() == [0, 0], call.name
+        assert (out["predicts"][[0, 2]] != 0).all(), call.name
+    run_on_amaranth(TreeVerify(**SMALL), calls, seed=7)

@@ -510,7 +510,9 @@ index_width, address_width, divider_bits_per_stage
         coin_accepts = float32_less(coin, quotient) | float32_equal(coin, quotient)
         single_accepts = (float32_less(threshold_single, event_q)
                           | float32_equal(threshold_single, event_q))
-        accept = Mux(greedy, node.candidate == predict, coin_accepts | single_accepts)
+        # q > 0 (ours, not SGLang's): a token of probability 0 is never accepted.
+        accept = Mux(greedy, node.candidate == predict,
+                     float32_less(Const(0, 32), event_q) & (coin_accepts | single_accepts))
 
         m.d.comb += [
             result_slice.i.payload.index.eq(last_index),

@@ -321,10 +321,11 @@ class TreeVerify(KernelComponent):
         m.d.comb += sum_ratio.eq(Mux(divide_on, divide.result, add.result))
         # Registered a clock before ADD_WAIT ends (the sum is there then: see ADD_WAIT).
         accept = Signal()
-        m.d.sync += accept.eq(
+        # q > 0 (ours, not SGLang's): a token of probability 0 is never accepted.
+        m.d.sync += accept.eq(float32_less(Const(0, 32), q) & (
             float32_less(coin, sum_ratio) | float32_equal(coin, sum_ratio)
             | ~float32_less(q, req.threshold_single) & ~float32_fields(q).is_nan
-            & ~float32_fields(req.threshold_single).is_nan)
+            & ~float32_fields(req.threshold_single).is_nan))
 
         # Row ``row``'s chunks, port p from word p * chunk (read with the loaders' start). All
         # registers: the per-request ones settle before ROW (see chunk_log2); the row's offset
