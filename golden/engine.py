@@ -28,6 +28,7 @@ Conventions fixed here (the spec is silent on them; docs/engine.md):
 """
 
 import enum
+import numbers
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -424,7 +425,12 @@ class Engine:
         return self._execute("verify", run)
 
     def read_state(self, slot) -> Completion:
-        """A slot's state (``outputs["state"]``, a :class:`SlotState` copy)."""
+        """A slot's state (``outputs["state"]``, a :class:`SlotState` copy). ``slot`` must be
+        an integer (``ValueError`` for a float, a string, ``None``, a bool: a host error);
+        one outside ``0 .. max_batch - 1`` is ``BAD_SLOT``."""
+        if isinstance(slot, bool | np.bool_) or not isinstance(slot, numbers.Integral):
+            raise ValueError(f"`slot` must be an integer, not {slot!r}")
+
         def run():
             self._check_slots(np.array([slot], np.int64))
             return {"state": self._slots[int(slot)].copy()}

@@ -11,6 +11,7 @@ argument before a command reaches a backend, so a backend never sees a malformed
 :class:`host.rtl.RtlBackend`, the Verilated ``hw/dataflow`` engine driven in process.
 """
 
+import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -69,6 +70,17 @@ class Backend(ABC):
         """A slot's state (``golden.engine.Engine.read_state``). A backend may leave the
         tree rows past ``cumu_count`` unspecified; the host does not read them."""
 
+    @abstractmethod
+    def snapshot(self):
+        """An opaque record of the engine's state (every slot, the round in flight,
+        ``req_to_token``) that :meth:`restore` returns the engine to."""
+
+    @abstractmethod
+    def restore(self, snapshot) -> None:
+        """Return the engine to the state :meth:`snapshot` recorded (``host.Engine`` rolls a
+        failed ``draft_round`` back with it); outputs of later commands are then exactly
+        those of an engine that never ran the commands in between."""
+
 
 class GoldenBackend(Backend):
     """The command-level golden model (``golden.engine.Engine``); no cycles or bytes."""
@@ -100,6 +112,15 @@ class GoldenBackend(Backend):
 
     def read_state(self, slot) -> CommandResult:
         return CommandResult(self._engine.read_state(slot))
+
+    def snapshot(self):
+        engine = self._engine
+        return copy.deepcopy((engine._slots, engine._round)), engine.req_to_token.copy()
+
+    def restore(self, snapshot) -> None:
+        (slots, round_), table = snapshot
+        self._engine._slots, self._engine._round = copy.deepcopy((slots, round_))
+        self._engine.req_to_token[...] = table
 
 
 def make_backend(backend, config: EngineConfig, req_to_token: np.ndarray, *,

@@ -4,9 +4,11 @@ A round is ``draft_round`` (``begin_round``, one ``draft_depth`` per depth with 
 model's top-K, ``read_state`` of every slot for the tree), ``build_verify`` and ``verify``;
 ``round`` runs the three. Every argument is checked here (``ValueError`` naming it) before
 a command reaches the backend; a command the backend still refuses raises
-:class:`EngineError`.
+:class:`EngineError`. A call that fails changes nothing: not the slots, not ``req_to_token``,
+not the coin generator, not the KV slot allocator (docs/host.md, "Bad input").
 """
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -25,6 +27,7 @@ from golden.update_state import clamp_verify_num
 
 from .backend import Backend, CommandResult, make_backend
 from .checks import (
+    INT32_MAX,
     check_choice,
     check_float_array,
     check_index_array,
@@ -42,6 +45,8 @@ _TREE_FILL = {"cumu_tokens": -1, "cumu_scores": 0.0, "cumu_deltas": -1, "prev_in
               "next_indexs": -1, "side_indexs": -1}
 _SCORE_ROWS = ("sort_scores", "work_scores")
 _MAX_SEED = (1 << 32) - 1
+# The most req_to_token entries: a quarter of the card's 32-bit address space as int32 words.
+MAX_TABLE_ENTRIES = 1 << 28
 
 
 class EngineError(RuntimeError):
@@ -117,16 +122,23 @@ class Engine:
             raise ValueError(f"`config` must be a golden.DraftRoundConfig, not "
                              f"{type(config).__name__}")
         self.config = config
-        self.vocab_size = check_integer("vocab_size", vocab_size, config.node_top_k)
+        self.vocab_size = check_integer("vocab_size", vocab_size, config.node_top_k, INT32_MAX)
         self.room = max(config.max_input_size + 1, config.max_verify_num)
+        if seed is not None:
+            check_integer("seed", seed, 0)
+        if kv_slots is not None and not isinstance(kv_slots, KVSlots):
+            raise ValueError(f"`kv_slots` must be a host.KVSlots or None, not "
+                             f"{type(kv_slots).__name__}")
         if req_to_token is None:
-            context_len = check_integer("context_len", context_len, self.room + 1)
+            context_len = check_integer("context_len", context_len, self.room + 1,
+                                        MAX_TABLE_ENTRIES // config.batch_size)
             req_to_token = np.full((config.batch_size, context_len), -1, np.int64)
-        check_index_array("req_to_token", req_to_token, (None, None), lo=-(1 << 62))
-        if req_to_token.shape[0] < config.batch_size or req_to_token.shape[1] <= self.room:
+        check_index_array("req_to_token", req_to_token, (None, None), lo=-INT32_MAX - 1)
+        if req_to_token.shape[0] < config.batch_size or req_to_token.shape[1] <= self.room \
+                or req_to_token.size > MAX_TABLE_ENTRIES:
             raise ValueError(f"`req_to_token` must have at least {config.batch_size} rows "
-                             f"(`batch_size`) and more than {self.room} columns, not "
-                             f"{req_to_token.shape}")
+                             f"(`batch_size`), more than {self.room} columns and at most "
+                             f"{MAX_TABLE_ENTRIES} entries, not {req_to_token.shape}")
         if hot_token_id is not None:
             check_token_array("hot_token_id", hot_token_id, (None,), self.vocab_size)
             if hot_token_id.size == 0:
@@ -183,7 +195,7 @@ class Engine:
         ``input_count``, ``frontier``, ``sample``, ``input_tree_mask``,
         ``next_tree_width``); K1/K2/K3's internal arrays stay on chip and are ``None``.
         """
-        c, k = self.config, self.config.node_top_k
+        c = self.config
         if not callable(sampler):
             raise ValueError(f"`sampler` must be callable (depth, frontier) -> DraftSample, "
                              f"not {type(sampler).__name__}")
@@ -197,10 +209,18 @@ class Engine:
         hidden = self._check_root_hidden(root_hidden_states, b)
         self._check_hot_token_id(hot_token_id)
         widths = self._check_widths(widths)
-        if draft_cache_locs is None:
-            draft_cache_locs = self.kv_slots.take((b, c.max_input_size + 1))
-        check_index_array("draft_cache_locs", draft_cache_locs, (b, c.max_input_size + 1))
+        if draft_cache_locs is not None:
+            check_index_array("draft_cache_locs", draft_cache_locs, (b, c.max_input_size + 1))
+        with self._all_or_nothing(engine_state=True):
+            if draft_cache_locs is None:
+                draft_cache_locs = self.kv_slots.take((b, c.max_input_size + 1))
+            return self._draft(sampler, root_tokens, hidden, widths, slots, seq_lens,
+                               draft_cache_locs)
 
+    def _draft(self, sampler, root_tokens, hidden, widths, slots, seq_lens,
+               draft_cache_locs) -> DraftRoundResult:
+        """``draft_round``'s commands, on checked arguments."""
+        c, k, b = self.config, self.config.node_top_k, len(slots)
         round_ = _Round(slots=slots.copy(), seq_lens=seq_lens.copy(),
                         config=replace(c, batch_size=b), phase="drafting")
         self._round = round_
@@ -254,10 +274,12 @@ class Engine:
         r = self._require_phase("build_verify", "drafted")
         mode = int(check_choice("tree_mask_mode", tree_mask_mode, tuple(TreeMaskMode)))
         b, n = len(r.slots), self.verify_size()
-        if verify_cache_locs is None:
-            verify_cache_locs = self.kv_slots.take((b * n,))
-        check_index_array("verify_cache_locs", verify_cache_locs, (b * n,))
-        out = self._send("build_verify", mode, verify_cache_locs)
+        if verify_cache_locs is not None:
+            check_index_array("verify_cache_locs", verify_cache_locs, (b * n,))
+        with self._all_or_nothing():
+            if verify_cache_locs is None:
+                verify_cache_locs = self.kv_slots.take((b * n,))
+            out = self._send("build_verify", mode, verify_cache_locs)
         r.tree = VerifyTree(
             n=n, tree_mask_mode=mode, cache_locs=verify_cache_locs.copy(),
             **{name: out[name] for name in (
@@ -294,19 +316,23 @@ class Engine:
         if (max_seq_lens <= r.seq_lens).any():
             raise ValueError("`max_seq_lens` must exceed each request's sequence length "
                              f"({r.seq_lens.tolist()}), not {max_seq_lens.tolist()}")
-        eos_token_id = check_integer("eos_token_id", eos_token_id, -1, v - 1)
-        coins = self._check_coins(uniform_samples, uniform_samples_for_final_sampling, seeds,
-                                  b, n)
         settings = dict(
-            eos_token_id=eos_token_id, **coins,
+            eos_token_id=check_integer("eos_token_id", eos_token_id, -1, v - 1),
             threshold_single=check_probability("threshold_single", threshold_single),
             threshold_acc=check_probability("threshold_acc", threshold_acc))
         if top_k is not None:
-            check_index_array("top_k", top_k, (b,), lo=-(1 << 31), dtype=np.int32)
+            check_index_array("top_k", top_k, (b,), lo=-INT32_MAX - 1, dtype=np.int32)
         if top_p is not None:
             check_float_array("top_p", top_p, (b,), lo=0.0, hi=1.0)
-        out = self._send("verify", target_logits, temperatures, max_seq_lens, top_k=top_k,
-                         top_p=top_p, **settings)
+        coins = self._check_coins(uniform_samples, uniform_samples_for_final_sampling, seeds,
+                                  b, n)
+        with self._all_or_nothing():
+            if not coins:  # drawn only now, every argument checked
+                coins = {"uniform_samples": self.rng.random((b, n), dtype=np.float32),
+                         "uniform_samples_for_final_sampling": self.rng.random(
+                             b, dtype=np.float32)}
+            out = self._send("verify", target_logits, temperatures, max_seq_lens, top_k=top_k,
+                             top_p=top_p, **settings, **coins)
         self.seq_lens[r.slots] = out["seq_lens"]
         r.phase = "verified"
         return VerifyResult(**{name: out[name] for name in (
@@ -318,16 +344,20 @@ class Engine:
     def round(self, sampler, root_tokens, target, temperatures, *,
               tree_mask_mode=TreeMaskMode.QLEN_ONLY_BITPACKING, root_hidden_states=None,
               widths=None, slots=None, **verify_settings) -> RoundResult:
-        """``draft_round``, ``build_verify`` and ``verify`` in one call. ``target(tree) ->
-        f32 [B, n, V]`` gives the target model's logits for the verify tree (a
-        :class:`host.VerifyTree`); ``verify_settings`` go to ``verify``."""
+        """``draft_round``, ``build_verify`` and ``verify`` in one call, all or nothing: if
+        any step fails (a bad verify setting included) the engine is as before the call.
+        ``target(tree) -> f32 [B, n, V]`` gives the target model's logits for the verify tree
+        (a :class:`host.VerifyTree`); ``verify_settings`` go to ``verify``."""
         if not callable(target):
             raise ValueError(f"`target` must be callable (VerifyTree) -> logits, not "
                              f"{type(target).__name__}")
-        draft = self.draft_round(sampler, root_tokens, root_hidden_states=root_hidden_states,
-                                 widths=widths, slots=slots)
-        tree = self.build_verify(tree_mask_mode)
-        result = self.verify(target(tree), temperatures, **verify_settings)
+        check_choice("tree_mask_mode", tree_mask_mode, tuple(TreeMaskMode))
+        with self._all_or_nothing(engine_state=True):
+            draft = self.draft_round(sampler, root_tokens,
+                                     root_hidden_states=root_hidden_states, widths=widths,
+                                     slots=slots)
+            tree = self.build_verify(tree_mask_mode)
+            result = self.verify(target(tree), temperatures, **verify_settings)
         return RoundResult(draft=draft, tree=tree, verify=result,
                            commands=list(self._round.commands))
 
@@ -349,6 +379,28 @@ class Engine:
         if not done.ok:
             raise EngineError(command, done.status.name, done.message)
         return done.outputs
+
+    @contextmanager
+    def _all_or_nothing(self, *, engine_state=False):
+        """Undo whatever the block changed if it raises (anything, the sampler's own errors
+        and ``KeyboardInterrupt`` included): the coin generator, the KV slot allocator, the
+        host's round and slot lengths and, with ``engine_state``, the engine's slots and
+        ``req_to_token`` (``Backend.snapshot``/``restore``)."""
+        rng_state, kv_mark = self.rng.bit_generator.state, self.kv_slots.mark()
+        round_, phase, seq_lens = self._round, getattr(self._round, "phase", None), \
+            self.seq_lens.copy()
+        snapshot = self.backend.snapshot() if engine_state else None
+        try:
+            yield
+        except BaseException:
+            if engine_state:
+                self.backend.restore(snapshot)
+            self.rng.bit_generator.state = rng_state
+            self.kv_slots.rewind(kv_mark)
+            self._round, self.seq_lens[:] = round_, seq_lens
+            if round_ is not None:
+                round_.phase = phase
+            raise
 
     def _require_phase(self, command, phase) -> _Round:
         r = self._round
@@ -416,15 +468,15 @@ class Engine:
         return sample
 
     def _check_coins(self, uniform, final, seeds, b, n) -> dict:
+        """The coin arguments of ``verify`` checked; ``{}`` when the Engine draws them."""
         if seeds is not None:
             if uniform is not None or final is not None:
                 raise ValueError("give either `seeds` or `uniform_samples` (with "
                                  "`uniform_samples_for_final_sampling`), not both")
             return {"seeds": check_index_array("seeds", seeds, (b,), hi=_MAX_SEED + 1)}
         if uniform is None and final is None:
-            uniform = self.rng.random((b, n), dtype=np.float32)
-            final = self.rng.random(b, dtype=np.float32)
-        elif uniform is None or final is None:
+            return {}  # ``verify`` draws them once every argument has passed
+        if uniform is None or final is None:
             missing = "uniform_samples" if uniform is None else \
                 "uniform_samples_for_final_sampling"
             raise ValueError(f"`{missing}` must be given with the other coin array")

@@ -137,16 +137,29 @@ class RtlBackend(Backend):
             raise ValueError("`req_to_token` entries must fit int32 (the engine's table)")
         rows, context = table.shape
         self.config = config
-        self.params = params = EngineParams(**engine_parameters(
+        self.params = EngineParams(**engine_parameters(
             config, pool_rows=rows, context_len=context))
         self.library = _library(tuple(sorted(engine_parameters(
             config, pool_rows=rows, context_len=context).items())),
             log if log is not None else _stderr)
-        self.model = model = Model(self.library)
-        self.memory = CardMemory(_memory_bytes(params, rows, context, config.vocab_size),
-                                 latency=(memory_latency, memory_latency), stall=0.0)
-        self.host = EngineHost(params, self.memory, table.astype(np.int64))
+        self.model = Model(self.library)
         self.timeout_cycles = timeout_cycles
+        self._memory_latency = memory_latency
+        self._parts = (EngineHost, CardMemory, layout_fields, pack, counter_layout)
+        self._rounds = []  # the commands that made the state of the slots: see ``restore``
+        self._replaying = False
+        self._before = None  # the table before the last begin_round
+        self._start(table.astype(np.int64))
+
+    def _start(self, table: np.ndarray):
+        """A fresh card memory holding ``table``, the model reset and configured."""
+        EngineHost, CardMemory, layout_fields, pack, counter_layout = self._parts
+        model, params, config = self.model, self.params, self.config
+        rows, context = table.shape
+        latency = self._memory_latency
+        self.memory = CardMemory(_memory_bytes(params, rows, context, config.vocab_size),
+                                 latency=(latency, latency), stall=0.0)
+        self.host = EngineHost(params, self.memory, table)
         port = dict(port_bits=params.port_bits, address_width=params.address_width)
         self.ports = [self.memory.clocked_read(model, "read", **port)]
         for name in params.port_names[1:]:
@@ -181,8 +194,84 @@ class RtlBackend(Backend):
     def req_to_token(self) -> np.ndarray:
         return self._table
 
+    def snapshot(self):
+        """The last round's number and its commands so far, and the table (rounds no slot's
+        state depends on any more are forgotten first)."""
+        self._forget_rounds()
+        last = self._rounds[-1] if self._rounds else {"number": -1, "commands": []}
+        return last["number"], len(last["commands"]), self._table.copy()
+
+    def restore(self, snapshot) -> None:
+        """The hardware has no command that writes a slot's state, so the model is reset and
+        the commands that made the snapshot's state run again: from the oldest round that is
+        still some slot's last (no slot's state depends on earlier ones), on a card memory
+        holding the table as it was when that round began; the replay's table is then checked
+        against the snapshot's. Exact (the engine is deterministic); it costs the replayed
+        rounds' clocks (usually one round's). Only the latest snapshot can be restored."""
+        number, commands, table = snapshot
+        kept = [record for record in self._rounds if record["number"] <= number]
+        if kept and kept[-1]["number"] != number:
+            raise RuntimeError("rtl backend: the snapshot's rounds were forgotten")
+        if kept:
+            kept[-1] = {**kept[-1], "commands": kept[-1]["commands"][:commands]}
+        self._start(kept[0]["table"] if kept else table)
+        self._replaying = True
+        try:
+            for record in kept:
+                for name, args, kwargs in record["commands"]:
+                    getattr(self, name)(*args, **kwargs)
+        finally:
+            self._replaying = False
+        self._rounds = kept
+        if not np.array_equal(self._table, table):
+            raise RuntimeError("rtl backend: the replayed commands left a different "
+                               "req_to_token than the snapshot's")
+
+    def _record(self, name, result: CommandResult, *args, **kwargs) -> CommandResult:
+        """Keep a command that changed the engine's state (for :meth:`restore`)."""
+        if self._replaying or not result.completion.ok:
+            return result
+        copies = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
+        kept = {k: np.array(v, copy=True) if isinstance(v, np.ndarray) else v
+                for k, v in kwargs.items()}
+        if name == "begin_round":
+            number = self._rounds[-1]["number"] + 1 if self._rounds else 0
+            self._rounds.append({"number": number, "slots": {int(s) for s in args[0]},
+                                 "table": self._before, "commands": []})
+        self._rounds[-1]["commands"].append((name, copies, kept))
+        return result
+
+    def _forget_rounds(self):
+        """Drop the rounds older than the oldest that is some slot's last."""
+        last = {}
+        for index, record in enumerate(self._rounds):
+            for slot in record["slots"]:
+                last[slot] = index
+        del self._rounds[:min(last.values(), default=0)]
+
     def begin_round(self, slots, root_tokens, seq_lens, req_pool_indices, draft_cache_locs, *,
                     verify_num, depths) -> CommandResult:
+        self._before = self._table.copy()
+        return self._record("begin_round", self._begin_round(
+            slots, root_tokens, seq_lens, req_pool_indices, draft_cache_locs,
+            verify_num=verify_num, depths=depths), slots, root_tokens, seq_lens,
+            req_pool_indices, draft_cache_locs, verify_num=verify_num, depths=depths)
+
+    def draft_depth(self, probas, tokens, *, width=None) -> CommandResult:
+        return self._record("draft_depth", self._draft_depth(probas, tokens, width=width),
+                            probas, tokens, width=width)
+
+    def build_verify(self, tree_mask_mode, verify_cache_locs) -> CommandResult:
+        return self._record("build_verify", self._build_verify(
+            tree_mask_mode, verify_cache_locs), tree_mask_mode, verify_cache_locs)
+
+    def verify(self, target_logits, temperatures, max_seq_lens, **settings) -> CommandResult:
+        return self._record("verify", self._verify(
+            target_logits, temperatures, max_seq_lens, **settings), target_logits,
+            temperatures, max_seq_lens, **settings)
+
+    def _begin_round(self, slots, root_tokens, seq_lens, req_pool_indices, draft_cache_locs, *,
+                     verify_num, depths) -> CommandResult:
         command = self.host.begin_round(
             np.asarray(slots), np.asarray(root_tokens), np.asarray(seq_lens),
             np.asarray(req_pool_indices), np.asarray(draft_cache_locs),
@@ -195,7 +284,7 @@ class RtlBackend(Backend):
             outputs = {"batch_size": len(slots)}
         return self._result("begin_round", done, outputs, cycles, data)
 
-    def draft_depth(self, probas, tokens, *, width=None) -> CommandResult:
+    def _draft_depth(self, probas, tokens, *, width=None) -> CommandResult:
         command = self.host.draft_depth(probas, tokens, width=width)
         done, cycles, data = self._run("draft_depth", command)
         outputs = {}
@@ -216,7 +305,7 @@ class RtlBackend(Backend):
                 r.input_count += next_width
         return self._result("draft_depth", done, outputs, cycles, data)
 
-    def build_verify(self, tree_mask_mode, verify_cache_locs) -> CommandResult:
+    def _build_verify(self, tree_mask_mode, verify_cache_locs) -> CommandResult:
         command = self.host.build_verify(tree_mask_mode, verify_cache_locs)
         done, cycles, data = self._run("build_verify", command)
         outputs = {}
@@ -226,7 +315,7 @@ class RtlBackend(Backend):
             outputs = self.host.verify_outputs(r.batch, n, int(tree_mask_mode))
         return self._result("build_verify", done, outputs, cycles, data)
 
-    def verify(self, target_logits, temperatures, max_seq_lens, **settings) -> CommandResult:
+    def _verify(self, target_logits, temperatures, max_seq_lens, **settings) -> CommandResult:
         command = self.host.verify(target_logits, temperatures, max_seq_lens, **settings)
         done, cycles, data = self._run("verify", command)
         outputs = {}

@@ -414,10 +414,10 @@ def test_nan_logits_are_not_an_error():
 
 @pytest.mark.parametrize("arguments, match", [
     ({"config": "small"}, "`config` must be a golden.DraftRoundConfig"),
-    ({"vocab_size": 3}, "`vocab_size` must be at least 4"),
+    ({"vocab_size": 3}, "`vocab_size` must be between 4 and"),
     ({"req_to_token": np.zeros((3, 64), np.int32)}, "`req_to_token` must be int64"),
     ({"req_to_token": np.zeros((2, 64), np.int64)}, "`req_to_token` must have at least 3"),
-    ({"context_len": 10}, "`context_len` must be at least"),
+    ({"context_len": 10}, "`context_len` must be between"),
     ({"hot_token_id": np.array([0, V], np.int64)}, "`hot_token_id` holds token 40"),
 ])
 def test_engine_arguments_are_checked(arguments, match):
