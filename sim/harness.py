@@ -10,6 +10,8 @@ and returns the summary the tests wrote. ``COCOTB_TESTS_RUN`` counts the cocotb 
 really ran in this process (``make test`` prints it).
 """
 
+import contextlib
+import fcntl
 import hashlib
 import importlib.metadata
 import itertools
@@ -18,13 +20,14 @@ import os
 import re
 import shutil
 import sysconfig
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from amaranth.back import verilog
 
-__all__ = ["REPO_ROOT", "BUILD_ROOT", "SimulationError", "VerilatorModel", "build_model",
-           "run_testbench", "CONFIG_ENV", "COCOTB_TESTS_RUN"]
+__all__ = ["REPO_ROOT", "BUILD_ROOT", "SimulationError", "VerilatorModel", "build_lock",
+           "build_model", "run_testbench", "CONFIG_ENV", "COCOTB_TESTS_RUN"]
 
 #: The repository's root directory: the one constant every tool derives its paths from.
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -72,6 +75,37 @@ def elaborate(component, *, name: str) -> str:
     return verilog.convert(component, name=name, emit_src=False)
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when it lies inside it."""
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
+@contextlib.contextmanager
+def build_lock(directory: Path, *, log=print):
+    """Hold the build lock of the cache directory ``directory`` (an exclusive ``flock`` on
+    ``<directory>.lock`` beside it) for the ``with`` block.
+
+    Two processes that build the same model at once (two ``make`` runs, ``pytest -n``) would
+    otherwise write the same files: the second waits here (saying so through ``log`` once)
+    until the first has finished, then finds the finished model. The lock file stays (an
+    empty file; removing it while a process waits would let a third one in); the lock goes
+    with its holder, also when that process dies.
+    """
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.parent / f"{directory.name}.lock", "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for another process building {_shown(directory)}")
+            started = time.monotonic()
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            log(f"... it finished after {time.monotonic() - started:.0f} s of waiting")
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def model_directory(verilog_text: str, *, name: str, waves: bool) -> Path:
     """Cache directory of a model: keyed by the Verilog, the tool versions and tracing."""
     key = hashlib.sha256(f"{_tool_versions()}|waves={waves}|{VERILATOR_ARGS}\n{verilog_text}"
@@ -95,13 +129,20 @@ def build_model(component, *, name: str, waves: bool = False, log=print) -> Veri
     """
     text = elaborate(component, name=name)
     build_dir = model_directory(text, name=name, waves=waves)
-    stamp = build_dir / "model.stamp"
     model = VerilatorModel(toplevel=name, build_dir=build_dir, waves=waves)
-    if stamp.exists():
+    if (build_dir / "model.stamp").exists():
         return model
+    with build_lock(build_dir, log=log):
+        if not (build_dir / "model.stamp").exists():  # not built while this one waited
+            _build_cocotb_model(text, model, log)
+    return model
 
+
+def _build_cocotb_model(text: str, model: VerilatorModel, log) -> None:
+    """Verilate and compile ``text`` into ``model.build_dir`` (under the build lock)."""
     from cocotb_tools.runner import get_runner
 
+    name, build_dir, waves = model.toplevel, model.build_dir, model.waves
     _put_venv_tools_on_path()
     if build_dir.exists():
         shutil.rmtree(build_dir)  # a half-finished earlier build
@@ -123,8 +164,7 @@ def build_model(component, *, name: str, waves: bool = False, log=print) -> Veri
     except (Exception, SystemExit) as error:
         raise SimulationError(f"Verilator build of {name} failed ({error}); "
                               f"see {build_dir / 'build.log'}") from error
-    stamp.write_text("ok\n")
-    return model
+    (build_dir / "model.stamp").write_text("ok\n")
 
 
 def run_testbench(model: VerilatorModel, test_module: str, config: dict, *, seed: int,

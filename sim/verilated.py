@@ -38,6 +38,7 @@ from .harness import (
     SimulationError,
     _put_venv_tools_on_path,
     _tool_versions,
+    build_lock,
     elaborate,
 )
 
@@ -49,6 +50,15 @@ LIBRARY = "libvmodel.so"
 WRAPPER = "vmodel_wrap"
 #: Bumped when the wrapper's C API changes (part of the cache key).
 API_VERSION = 1
+#: Verilator arguments of the library build beyond ``sim.harness.VERILATOR_ARGS``.
+LIBRARY_ARGS: tuple[str, ...] = ()
+#: Variables of the C++ compile (Verilator's makefile): none, its defaults.
+MAKE_OPTIONS: tuple[str, ...] = ()
+
+
+def build_jobs() -> int:
+    """Parallel compiler jobs of a library build: one per core, at most four."""
+    return max(1, min(4, os.cpu_count() or 1))
 
 # VL_IN8(&name,msb,lsb); VL_INW(&name,msb,lsb,words); VL_OUT64(...); VL_IN(...) is 32 bits
 _PORT = re.compile(r"VL_(IN|OUT)(8|16|64|W)?\(&(\w+),(\d+),(\d+)(?:,(\d+))?\);")
@@ -67,11 +77,17 @@ class Port:
     kind: str
 
 
+def _build_options() -> str:
+    """What besides the Verilog makes a library: tools, wrapper API, Verilator arguments,
+    compiler options (a change builds anew)."""
+    return (f"{_tool_versions()}|api={API_VERSION}|{VERILATOR_ARGS}|{LIBRARY_ARGS}|"
+            f"{MAKE_OPTIONS}")
+
+
 def library_directory(verilog_text: str, *, name: str) -> Path:
     """The cache directory of a library: keyed by the Verilog, the tool versions, the
     Verilator arguments and the wrapper's API version."""
-    key = hashlib.sha256(f"{_tool_versions()}|api={API_VERSION}|{VERILATOR_ARGS}\n"
-                         f"{verilog_text}".encode())
+    key = hashlib.sha256(f"{_build_options()}\n{verilog_text}".encode())
     return BUILD_ROOT / f"{name}-{key.hexdigest()[:16]}"
 
 
@@ -97,8 +113,7 @@ def build_indexed(factory, *, key: str, sources, name: str = "top", log=print) -
     found the library: elaborating a large component takes tens of seconds, looking a
     library up in the index none. Any change to a source file or a tool misses the index and
     elaborates (and then reuses the Verilog-keyed library when the Verilog is unchanged)."""
-    digest = hashlib.sha256(f"{_tool_versions()}|api={API_VERSION}|{VERILATOR_ARGS}|{name}|"
-                            f"{key}".encode())
+    digest = hashlib.sha256(f"{_build_options()}|{name}|{key}".encode())
     for path in sorted(Path(source) for source in sources):
         digest.update(f"\n{path.relative_to(REPO_ROOT)}\n".encode())
         digest.update(path.read_bytes())
@@ -109,19 +124,34 @@ def build_indexed(factory, *, key: str, sources, name: str = "top", log=print) -
             return library
     library = build(factory(), name=name, log=log)
     entry.parent.mkdir(parents=True, exist_ok=True)
-    entry.write_text(f"{library}\n")
+    partial = entry.with_name(f"{entry.name}.{os.getpid()}")
+    partial.write_text(f"{library}\n")
+    partial.replace(entry)  # atomic: a reader sees no entry or a whole one
     return library
 
 
 def build_verilog(verilog_text: str, *, name: str = "top", log=print) -> Path:
     """Build (or reuse) the shared library of the Verilog ``verilog_text`` (top module
     ``name``); return its path. Raises ``SimulationError`` when Verilator or the compiler
-    fails (the log is ``build.log`` in the build directory)."""
+    fails (the log is ``build.log`` in the build directory). Two processes building the same
+    library take turns (``sim.harness.build_lock``): the second finds the first's library."""
     directory = library_directory(verilog_text, name=name)
     library = directory / LIBRARY
-    stamp = directory / "model.stamp"
-    if stamp.exists() and library.exists():
-        return library
+    if not _built(directory):
+        with build_lock(directory, log=log):
+            if not _built(directory):  # not built while this one waited
+                _compile(verilog_text, directory, name, log)
+    return library
+
+
+def _built(directory: Path) -> bool:
+    """A finished library: its stamp is written last."""
+    return (directory / "model.stamp").exists() and (directory / LIBRARY).exists()
+
+
+def _compile(verilog_text: str, directory: Path, name: str, log) -> None:
+    """Verilate ``verilog_text``, write the wrapper, compile and link ``LIBRARY`` into
+    ``directory`` (under the build lock), then stamp it."""
     _put_venv_tools_on_path()
     if directory.exists():
         shutil.rmtree(directory)  # a half-finished earlier build
@@ -147,19 +177,19 @@ def build_verilog(verilog_text: str, *, name: str = "top", log=print) -> Path:
                 raise SimulationError(f"Verilated library of {name}: `{command[0]}` failed "
                                       f"(exit {result.returncode}); see {log_path}")
 
-        run(["verilator", "--cc", *VERILATOR_ARGS, "--top-module", name, "--prefix", prefix,
-             "-Mdir", str(obj), "-CFLAGS", "-fPIC", str(source), str(wrapper)])
+        run(["verilator", "--cc", *VERILATOR_ARGS, *LIBRARY_ARGS, "--top-module", name,
+             "--prefix", prefix, "-Mdir", str(obj), "-CFLAGS", "-fPIC", str(source),
+             str(wrapper)])
         ports = parse_header((obj / f"{prefix}.h").read_text())
         wrapper.write_text(wrapper_source(prefix, ports))
         (obj / "vmodel.mk").write_text(
             f"include {prefix}.mk\n\n"
             f"{LIBRARY}: $(VK_USER_OBJS) $(VK_GLOBAL_OBJS) $(VM_PREFIX)__ALL.a\n"
             "\t$(CXX) -shared $(LDFLAGS) $^ $(LOADLIBES) $(LDLIBS) $(LIBS) -o $@\n")
-        run(["make", "-j", str(max(1, min(4, os.cpu_count() or 1))), "-f", "vmodel.mk",
-             LIBRARY], cwd=obj)
-    shutil.copy(obj / LIBRARY, library)
-    stamp.write_text("ok\n")
-    return library
+        run(["make", "-j", str(build_jobs()), "-f", "vmodel.mk", *MAKE_OPTIONS, LIBRARY],
+            cwd=obj)
+    shutil.copy(obj / LIBRARY, directory / LIBRARY)
+    (directory / "model.stamp").write_text("ok\n")
 
 
 def parse_header(header: str) -> list[Port]:
