@@ -319,8 +319,19 @@ def test_predicts_with_sglang_spare_element_and_shapes():
 
 
 def test_empty_batch_is_a_no_op():
+    """B = 0 writes nothing: with SGLang's ``B * n + 1`` predicts (one spare entry) every
+    array, the spare included, is as before; the greedy variant too."""
     case = make_case(np.random.default_rng(0), 0, 4, 3, 5)
-    call_sampling(case)
+    case["predicts"] = np.full(1, -1, np.int32)
+    before = copy_case(case)
+    assert call_sampling(case) is None
+    for name in SAMPLING_ARGS:
+        assert_same(case[name], before[name], name)
+    verify_tree_greedy(case["predicts"], case["accept_index"], case["accept_token_num"],
+                       case["candidates"], case["retrive_index"], case["retrive_next_token"],
+                       case["retrive_next_sibling"], np.zeros(0, np.int64))
+    for name in SAMPLING_ARGS:
+        assert_same(case[name], before[name], name)
 
 
 def _bad(name, value):

@@ -47,7 +47,7 @@ def _outputs(b, k, w, h, hidden_dtype=np.float32, flat=False, f_fill=F_SENTINEL,
 
 
 def _call(inputs, out, b, k, w, cumu, use_hot, **kw):
-    draft_tree_layer_score_index_gen_op(
+    return draft_tree_layer_score_index_gen_op(
         inputs["topk_probas_sampling"], inputs.get("topk_tokens_sampling"),
         inputs["last_layer_scores"], out["curr_layer_scores"], out["sort_layer_scores"],
         out["sort_layer_indices"], out["cache_topk_indices"], out["parent_indices_in_layer"],
@@ -225,9 +225,15 @@ def test_batch_zero_writes_nothing():
     for name in OUTPUTS:
         _assert_same(out[name], before[name])
     np.testing.assert_array_equal(inputs["topk_tokens_sampling"], tokens_before)
-    # Empty arrays are fine too.
+    # Empty arrays are fine too: accepted, and the (non-empty) hot_token_id map untouched.
     empty = _random_inputs(rng, 0, 4, 2, 3)
-    _call(empty, _outputs(0, 4, 2, 3), 0, 4, 2, 0, True)
+    hot_before = empty["hot_token_id"].copy()
+    assert empty["hot_token_id"].size > 0
+    empty_out = _outputs(0, 4, 2, 3)
+    assert _call(empty, empty_out, 0, 4, 2, 0, True) is None
+    np.testing.assert_array_equal(empty["hot_token_id"], hot_before)
+    assert {name: a.shape for name, a in empty_out.items()} == \
+        {name: a.shape for name, a in _outputs(0, 4, 2, 3).items()}
 
 
 @pytest.mark.parametrize("k", [1, 4, 8, 10])

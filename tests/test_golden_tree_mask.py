@@ -347,10 +347,23 @@ def test_packed_mode_caps_n_at_128():
     assert run_fused(tree, [0], 129, QLEN)["n"] == 129  # bool layouts have no cap
 
 
-def test_empty_batch_is_a_no_op():
+@pytest.mark.parametrize("mode", [FULL, QLEN, PACKED])
+def test_empty_batch_is_a_no_op(mode):
+    """B = 0 in every mask layout: checked like any call (a mask buffer that is not empty is
+    refused), then nothing to write; the op returns None."""
     e = np.zeros((0, 4), np.int64)
-    fused_tree_mask_operator(e, np.zeros((0, 4), F32), e, e, e, e, np.zeros(0, np.int64), 0, 1,
-                             4, 4, 2, np.zeros(0, np.uint8), *(np.zeros(0, np.int64),) * 5)
+    dtype = np.uint8 if mode == PACKED else np.bool_
+
+    def call(mask):
+        return fused_tree_mask_operator(e, np.zeros((0, 4), F32), e, e, e, e,
+                                        np.zeros(0, np.int64), 0, 1, 4, 4, int(mode), mask,
+                                        *(np.zeros(0, np.int64),) * 5)
+
+    assert call(np.zeros(0, dtype)) is None
+    stray = np.ones(4, dtype)
+    with pytest.raises(ValueError, match="`tree_mask` must have 0 elements"):
+        call(stray)
+    assert stray.tolist() == np.ones(4, dtype).tolist()
 
 
 # --- fused op: trees grown by the golden draft round ----------------------------------------

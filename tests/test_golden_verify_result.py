@@ -11,6 +11,7 @@ import pytest
 
 from golden.active_slots import compact_active_slots
 from golden.draft_round import DraftRoundConfig, draft_round, synthetic_sampler
+from golden.reject_sample import verify_tree_greedy
 from golden.tree_mask import fused_tree_mask_operator, tree_mask_size
 from golden.verify_result import update_verify_result
 
@@ -282,7 +283,6 @@ def test_requests_finish_in_the_middle_of_the_batch():
 
 def test_pipeline_with_the_greedy_k6_golden():
     """K4 -> K6 (``verify_tree_greedy``) -> K7 -> compaction on a grown tree."""
-    k6 = pytest.importorskip("golden.reject_sample")
     rng = np.random.default_rng(9)
     tree, n = verify_tree(9, batch=5)
     batch, spec = 5, 5
@@ -299,7 +299,7 @@ def test_pipeline_with_the_greedy_k6_golden():
     predicts = np.full(batch * n + 1, -1, I32)  # SGLang's allocation
     accept_index = np.full((batch, spec), -1, I32)
     accept_num = np.zeros(batch, I32)
-    k6.verify_tree_greedy(predicts, accept_index, accept_num,
+    verify_tree_greedy(predicts, accept_index, accept_num,
                           tree["tokens"].reshape(batch, n), tree["retrive_index"],
                           tree["next"], tree["side"], target)
     seq = np.array([0, 5, 9, 1, 2])
@@ -332,12 +332,20 @@ def test_no_request_finished():
 
 
 def test_empty_batches_are_no_ops():
-    compact_active_slots(np.zeros(0, bool), 0, np.zeros(0, I64), np.zeros(0, I64),
-                         np.zeros(1, I64))
+    """B = 0: compaction reports 0 active rows (the count is written, as for any batch) and
+    K7 leaves ``req_to_token`` (and SGLang's spare predicts entry) untouched."""
+    count = np.full(1, -5, I64)
+    assert compact_active_slots(np.zeros(0, bool), 0, np.zeros(0, I64), np.zeros(0, I64),
+                                count) is None
+    assert count.tolist() == [0]
     z32, z64 = np.zeros(0, I32), np.zeros(0, I64)
-    update_verify_result(np.zeros((0, 3), I32), z32, z32, z64, z64, z64, 0, 4, 3, 8, 2, z64,
-                         np.zeros((2, 8), I64), z32, z32, z64, np.zeros(0, bool),
-                         np.zeros(0, bool))
+    table = np.arange(16, dtype=I64).reshape(2, 8)
+    spare = np.full(1, -1, I32)
+    assert update_verify_result(np.zeros((0, 3), I32), z32, spare, z64, z64, z64, 0, 4, 3, 8,
+                                2, z64, table, z32, z32, z64, np.zeros(0, bool),
+                                np.zeros(0, bool)) is None
+    assert table.tolist() == np.arange(16).reshape(2, 8).tolist()
+    assert spare.tolist() == [-1]
 
 
 # --- validation -----------------------------------------------------------------------------
