@@ -30,6 +30,7 @@ help:
 	@echo "                               Verilog, Vivado scripts, JSON reports -> build/<board>/"
 	@echo "make report [KERNEL=name]      benchmark contract, env manifest, cycle budget -> reports/"
 	@echo "make report-e2e                end-to-end decoding summary (serving tree, rtl) -> reports/"
+	@echo "make bench-gpu [CPU=1]         GPU baseline (H100): verify/draft CSVs, fpga_vs_h100_summary.md"
 	@echo "make test                      CI tier: lint + regression (fast parameter sets)"
 	@echo "make test-full                 everything, including long sweeps"
 	@echo "make clean                     remove build outputs (keeps .venv)"
@@ -59,12 +60,22 @@ build: $(SETUP)
 
 report: $(SETUP)
 	$(BIN)/python -m hw.report --board $(BOARD) $(if $(KERNEL),--kernel $(KERNEL))
+	$(BIN)/python -m bench.gpu summary
 
 report-e2e: $(SETUP)
 	$(BIN)/python -m host.report
 
+# The GPU baseline (bench/gpu, issues 37/38): needs the optional `gpu` group (torch, triton) and
+# an NVIDIA GPU; CPU=1 runs the CPU validation instead (TRITON_INTERPRET=1, build/bench-gpu/).
+.PHONY: bench-gpu
+bench-gpu: $(SETUP)
+	$(BIN)/python -m pip install --quiet -e '.[gpu]'
+	$(BIN)/python -m bench.gpu verify $(if $(filter 1,$(CPU)),--cpu)
+	$(BIN)/python -m bench.gpu draft $(if $(filter 1,$(CPU)),--cpu)
+	$(BIN)/python -m bench.gpu summary
+
 lint: $(SETUP)
-	$(BIN)/ruff check hw golden sim flow boards host tests
+	$(BIN)/ruff check hw golden sim flow boards host tests bench
 
 # pytest's own exit status is kept in build/pytest.status (make reports every failure as 2);
 # .ci/run reads it to tell "no tests collected" (5) from failures.
