@@ -98,7 +98,7 @@ def test_the_visited_rows_check_fails_on_a_wrong_walk():
     from bench.gpu.verify_inputs import verify_inputs
     from bench.gpu.verify_ops import VerifyOps
 
-    point = next(p for p in cpu_validation_points() if p["id"] == "serving-b3-v1000")
+    point = next(p for p in cpu_validation_points() if p["id"] == "serving-b3-v9000")
     inputs = verify_inputs(point, 1)
     golden, rows, _ = golden_walk(inputs)
     assert golden["accept_token_num"].sum() > 0
@@ -144,3 +144,17 @@ def test_graph_mode_is_gpu_only():
     assert timer.modes == ("eager",)
     with pytest.raises(RuntimeError, match="CUDA graphs need a GPU"):
         timer.graph(lambda: None)
+
+
+def test_the_verify_ops_hold_at_another_temperature():
+    from bench.gpu.points import cpu_validation_points
+    from bench.gpu.verify import check_point, golden_walk
+    from bench.gpu.verify_inputs import verify_inputs
+    from bench.gpu.verify_ops import VerifyOps
+
+    point = next(p for p in cpu_validation_points() if p["id"] == "serving-b3-v9000")
+    inputs = verify_inputs(point, 1)
+    inputs.call.temperatures[:] = np.float32([0.7, 1.6, 0.3])
+    golden, rows, _ = golden_walk(inputs)
+    checks = check_point(VerifyOps(inputs, torch.device("cpu")), golden, rows)
+    assert all(check.passed for check in checks), [check.line() for check in checks]

@@ -20,6 +20,8 @@ _TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
           torch.int64: "i64", torch.int32: "i32", torch.int8: "i8", torch.uint8: "u8",
           torch.bool: "i1"}
 _state: dict = {"compiled": None}
+#: Launch keywords that are compile options, not kernel arguments.
+_LAUNCH_OPTIONS = ("num_warps", "num_stages")
 
 
 def signature_of(kernel, args: tuple, constexprs: dict) -> tuple[dict, dict]:
@@ -47,19 +49,22 @@ def signature_of(kernel, args: tuple, constexprs: dict) -> tuple[dict, dict]:
 
 
 def launch(kernel, grid: tuple, *args, **constexprs) -> None:
-    """``kernel[grid](*args, **constexprs)``, or, inside :func:`compile_only`, its
-    compilation for the H100 target (recorded, not run)."""
+    """``kernel[grid](*args, **constexprs)`` (``constexprs`` may hold the launch options
+    ``num_warps`` and ``num_stages``), or, inside :func:`compile_only`, its compilation for the
+    H100 target with those options (recorded, not run)."""
     compiled = _state["compiled"]
     if compiled is None:
         kernel[grid](*args, **constexprs)
         return
     from triton.backends.compiler import GPUTarget
 
+    options = {name: constexprs.pop(name) for name in _LAUNCH_OPTIONS if name in constexprs}
     signature, values = signature_of(kernel, args, constexprs)
-    key = (kernel.__name__, tuple(sorted(signature.items())), tuple(sorted(values.items())))
+    key = (kernel.__name__, tuple(sorted(signature.items())),
+           tuple(sorted({**values, **options}.items())))
     if key not in compiled:
         source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=values)
-        compiled[key] = triton.compile(source, target=GPUTarget(*H100_TARGET))
+        compiled[key] = triton.compile(source, target=GPUTarget(*H100_TARGET), options=options)
 
 
 @contextlib.contextmanager

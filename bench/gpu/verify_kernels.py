@@ -27,10 +27,15 @@ import triton.language as tl
 from .launch import launch
 
 __all__ = ["tree_sampling_target_only", "verify_tree_greedy", "build_tree",
-           "visited_rows_verify", "KERNELS", "BLOCK_V"]
+           "visited_rows_verify", "KERNELS", "BLOCK_V", "BLOCK_FINAL", "ROW_WARPS"]
 
-#: Elements of a logits / probability row per block.
-BLOCK_V = 1024
+#: Elements of a logits / probability row per block of a whole-row pass (4,096: sgl-kernel's
+#: 1,024 threads with 4-wide loads), run by :data:`ROW_WARPS` warps.
+BLOCK_V = 4096
+ROW_WARPS = 8
+#: Elements per block of the visited-rows kernel's final draw (it also compares each element
+#: with the row's rejected tokens).
+BLOCK_FINAL = 1024
 
 
 @triton.jit
@@ -131,7 +136,8 @@ def tree_sampling_target_only(predicts, accept_index, accept_token_num, candidat
         _tree_sampling_kernel, (b,), predicts, accept_index, accept_token_num, candidates,
         retrive_index, retrive_next_token, retrive_next_sibling, uniform_samples,
         uniform_samples_for_final_sampling, target_probs, draft_probs, float(threshold_single),
-        max(float(threshold_acc), 1e-9), n, v, S=accept_index.shape[1], BLOCK=BLOCK_V)
+        max(float(threshold_acc), 1e-9), n, v, S=accept_index.shape[1], BLOCK=BLOCK_V,
+        num_warps=ROW_WARPS)
 
 
 @triton.jit
@@ -262,7 +268,8 @@ def _row_stats(logits_ptr, row_off, V, temperature, BLOCK: tl.constexpr):
 def _visited_rows_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_ptr, ridx_ptr,
                          next_ptr, sib_ptr, coins_ptr, coin_final_ptr, logits_ptr, temps_ptr,
                          threshold_single, threshold_acc, n, V, S: tl.constexpr,
-                         MAX_CHILDREN: tl.constexpr, BLOCK: tl.constexpr):
+                         MAX_CHILDREN: tl.constexpr, BLOCK: tl.constexpr,
+                         BLOCK_FINAL: tl.constexpr):
     """One program per request: §10 (sampling, top-k/top-p off) reading only visited rows."""
     b = tl.program_id(0).to(tl.int64)
     base = b * n
@@ -315,7 +322,7 @@ def _visited_rows_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_pt
         rejected = tl.full((MAX_CHILDREN,), -1, tl.int64)
         rejected_mass = tl.zeros((), tl.float32)
     u = tl.load(coin_final_ptr + b) * (1.0 - rejected_mass)
-    offs = tl.arange(0, BLOCK)
+    offs = tl.arange(0, BLOCK_FINAL)
     running = tl.zeros((), tl.float32)
     token = tl.full((), -1, tl.int64)
     last_pos = tl.full((), -1, tl.int64)
@@ -332,7 +339,7 @@ def _visited_rows_kernel(predicts_ptr, accept_index_ptr, accept_num_ptr, cand_pt
         token = tl.where(block_first < V, block_first, token)
         last_pos = tl.maximum(last_pos, tl.max(tl.where(r > 0.0, j, -1), axis=0).to(tl.int64))
         running += tl.sum(r, axis=0)
-        start += BLOCK
+        start += BLOCK_FINAL
     token = tl.where(token >= 0, token, tl.where(last_pos >= 0, last_pos, V - 1))
     tl.store(predicts_ptr + last, token.to(tl.int32))
 
@@ -352,7 +359,7 @@ def visited_rows_verify(predicts, accept_index, accept_token_num, candidates, re
         uniform_samples_for_final_sampling, target_logits, temperatures,
         float(threshold_single), max(float(threshold_acc), 1e-9), n, v,
         S=accept_index.shape[1], MAX_CHILDREN=max(2, triton.next_power_of_2(max_children)),
-        BLOCK=BLOCK_V)
+        BLOCK=BLOCK_V, BLOCK_FINAL=BLOCK_FINAL, num_warps=ROW_WARPS)
 
 
 #: The Triton kernels of this module (the sm_90 compile check walks them).
