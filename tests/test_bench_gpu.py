@@ -68,8 +68,9 @@ def test_verify_side_matches_the_goldens_on_the_cpu(tmp_path):
 
 def test_draft_side_matches_the_goldens_on_the_cpu(tmp_path):
     # eagle2 (K = W = 10) takes the 128-lane sort network, small the 64-lane one.
-    done = _bench("draft", "--cpu", "--points", "small-b1", "eagle2-b1", "--out",
-                  str(tmp_path))
+    # two worker processes prepare the golden rounds (the pool path of bench.gpu.runner)
+    done = _bench("draft", "--cpu", "--workers", "2", "--points", "small-b1", "eagle2-b1",
+                  "--out", str(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
     csv_path = tmp_path / "cpu_validation_draft_raw.csv"
     checks = [line for line in header_lines(csv_path) if line.startswith("check ")]

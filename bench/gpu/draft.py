@@ -107,19 +107,21 @@ def _ops(device: DeviceRound) -> list[tuple[str, object, int]]:
     return ops
 
 
-def _point(point: dict, timer: Timer, seed: int, env: dict) -> tuple[list[Check], list[dict]]:
-    """Check the device round of ``point`` depth by depth, then time its ops."""
-    device = DeviceRound(draft_inputs(point, seed), timer.device)
+def _point(inputs, timer: Timer, env: dict) -> tuple[list[Check], list[dict]]:
+    """Check the device round of a point's golden round depth by depth, then time its ops."""
+    device = DeviceRound(inputs, timer.device)
     checks = check_round(device)
-    return checks, time_ops(timer, point["id"], env, _ops(device))
+    return checks, time_ops(timer, inputs.point["id"], env, _ops(device))
 
 
 def run_draft(points: list[dict], timer: Timer, seed: int, csv_path: Path, md_path: Path,
-              command: str, log=print) -> bool:
-    """Check and time every point; write the CSV and the summary (``bench.gpu.runner``).
-    Returns whether every check passed."""
-    return run_side("draft", points, timer, seed, csv_path, md_path, command,
-                    lambda point, env: _point(point, timer, seed, env), render_summary, log)
+              command: str, *, workers: int = 0, log=print) -> bool:
+    """Check and time every point; write the CSV and the summary (``bench.gpu.runner``; the
+    golden rounds may be prepared in ``workers`` processes). Returns whether every check
+    passed."""
+    return run_side("draft", points, timer, seed, csv_path, md_path, command, draft_inputs,
+                    lambda inputs, env: _point(inputs, timer, env), render_summary,
+                    workers=workers, log=log)
 
 
 # --- the summary -----------------------------------------------------------------------------

@@ -34,12 +34,12 @@ torch.version.cuda, "triton", triton.__version__, "numpy", numpy.__version__)'
 } 2>&1 | tee "$out/device.txt"
 start=$(date +%s)
 # shellcheck disable=SC2086
-timeout "${VERIFY_S:-330}" python3 -m bench.gpu verify ${BENCH_ARGS:-} ${VERIFY_POINTS:+--points $VERIFY_POINTS} \
+timeout "${VERIFY_S:-360}" python3 -m bench.gpu verify ${BENCH_ARGS:-} ${VERIFY_POINTS:+--points $VERIFY_POINTS} \
     2>&1 | tee "$out/verify.log"
 echo "verify side: exit ${PIPESTATUS[0]} after $(( $(date +%s) - start )) s" | tee -a "$out/device.txt"
 start=$(date +%s)
 # shellcheck disable=SC2086
-timeout "${DRAFT_S:-200}" python3 -m bench.gpu draft ${BENCH_ARGS:-} ${DRAFT_POINTS:+--points $DRAFT_POINTS} \
+timeout "${DRAFT_S:-180}" python3 -m bench.gpu draft ${BENCH_ARGS:-} ${DRAFT_POINTS:+--points $DRAFT_POINTS} \
     2>&1 | tee "$out/draft.log"
 echo "draft side: exit ${PIPESTATUS[0]} after $(( $(date +%s) - start )) s" | tee -a "$out/device.txt"
 python3 -m bench.gpu summary 2>&1 | tee -a "$out/device.txt"

@@ -27,7 +27,7 @@ from .timing import Timer
 from .verify_inputs import VerifyInputs, verify_inputs
 from .verify_ops import TOP_K, TOP_P, VerifyOps
 
-__all__ = ["golden_walk", "check_point", "run_verify", "render_summary"]
+__all__ = ["golden_walk", "prepare_point", "check_point", "run_verify", "render_summary"]
 
 _OUTPUTS = ("predicts", "accept_index", "accept_token_num")
 
@@ -141,25 +141,32 @@ def check_point(ops: VerifyOps, golden: dict[str, np.ndarray],
     return checks
 
 
-def _point(point: dict, timer: Timer, seed: int, env: dict) -> tuple[list[Check], list[dict]]:
-    """Check every op of ``point``, then time the ops and the chains."""
+def prepare_point(point: dict, seed: int):
+    """The host side of a point (a worker process may run it): the inputs and the engine's
+    golden walk on them."""
     inputs = verify_inputs(point, seed)
-    golden, read, decisions = golden_walk(inputs)
+    return (inputs, *golden_walk(inputs))
+
+
+def _point(prepared, timer: Timer, env: dict) -> tuple[list[Check], list[dict]]:
+    """Check every op of a prepared point, then time the ops and the chains."""
+    inputs, golden, read, decisions = prepared
     ops = VerifyOps(inputs, timer.device)
     checks = check_point(ops, golden, read)
     op_list = ops.ops(sum(len(r) for r in read), decisions)
     chains = ops.chains({op.name: op.bytes for op in op_list})
-    rows = time_ops(timer, point["id"], env,
+    rows = time_ops(timer, inputs.point["id"], env,
                     [(op.name, op.fn, op.bytes) for op in op_list + chains])
     return checks, rows
 
 
 def run_verify(points: list[dict], timer: Timer, seed: int, csv_path: Path, md_path: Path,
-               command: str, log=print) -> bool:
+               command: str, *, workers: int = 0, log=print) -> bool:
     """Check and time every point; write the CSV and the summary (``bench.gpu.runner``).
     Returns whether every check passed."""
-    return run_side("verify", points, timer, seed, csv_path, md_path, command,
-                    lambda point, env: _point(point, timer, seed, env), render_summary, log)
+    return run_side("verify", points, timer, seed, csv_path, md_path, command, prepare_point,
+                    lambda prepared, env: _point(prepared, timer, env), render_summary,
+                    workers=workers, log=log)
 
 
 # --- the summary -----------------------------------------------------------------------------
