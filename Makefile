@@ -17,10 +17,11 @@ QUICK  ?=
 
 SIM_ARGS := $(if $(SEED),--seed $(SEED)) $(if $(filter 1,$(WAVES)),--waves) $(if $(CASE),--case $(CASE))
 
-.PHONY: help setup demo sim synth build report report-e2e test test-full lint clean
+.PHONY: help setup demo check sim synth build report report-e2e test test-full lint clean
 
 help:
-	@echo "make demo                      run every simulation target and print its summary"
+	@echo "make demo                      the engine decoding on the rtl backend (Verilated), rtl == golden"
+	@echo "make check [SEED=n]            every simulation target (make sim KERNEL=all), one summary each"
 	@echo "make sim KERNEL=<name> [SEED=n] [WAVES=1] [CASE=file]"
 	@echo "                               one kernel's cocotb testbench under Verilator vs golden"
 	@echo "make synth [KERNEL=name] [QUICK=1]"
@@ -46,11 +47,13 @@ $(SETUP): pyproject.toml sim/toolchain.py
 	touch $@
 
 demo: $(SETUP)
+	$(BIN)/python -m host.demo
+
+check: $(SETUP)
 	$(BIN)/python -m sim --all $(SIM_ARGS)
-	$(BIN)/python -m host --rounds 20 --backend golden --seed 1
 
 sim: $(SETUP)
-	$(BIN)/python -m sim $(KERNEL) $(SIM_ARGS)
+	$(BIN)/python -m sim $(if $(filter all,$(KERNEL)),--all,$(KERNEL)) $(SIM_ARGS)
 
 synth: $(SETUP)
 	$(BIN)/python -m hw.synth $(if $(filter 1,$(QUICK)),--quick) $(KERNEL)

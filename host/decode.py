@@ -112,7 +112,7 @@ def decode_context_len(config, rounds: int) -> int:
 def decode(engine: Engine, models: BigramModels, prompts, rounds: int, *,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, widths=None,
            eos_token_id: int = -1, max_seq_len: int | None = None, tree_mask_mode: int = 2,
-           lfsr: bool = False, progress=None) -> DecodeRun:
+           lfsr: bool = False, progress=None, on_round=None) -> DecodeRun:
     """``rounds`` rounds of tree speculative decoding of one request per prompt token
     (``prompts``: ints, at most ``engine.config.batch_size``), request ``b`` in slot ``b``
     starting at sequence length 0 with its prompt token as the root. Each round drafts with
@@ -121,7 +121,8 @@ def decode(engine: Engine, models: BigramModels, prompts, rounds: int, *,
     (coins from the Engine's seed, or with ``lfsr`` from the on-chip generator seeded per
     request from the Engine's seed), and appends each request's committed tokens; requests
     that finish (``eos_token_id``, ``max_seq_len``) leave the batch. ``progress(done,
-    total)`` is called after every round."""
+    total)`` is called after every round, ``on_round(active, result)`` too: the slots that
+    ran it (int64) and its :class:`host.RoundResult`."""
     prompts = [int(t) for t in prompts]
     b = len(prompts)
     tokens = [[] for _ in range(b)]
@@ -153,6 +154,8 @@ def decode(engine: Engine, models: BigramModels, prompts, rounds: int, *,
             tokens[request].extend(int(t) for t in accepted)
             finished[request] = bool(ended)
         roots[active] = last.verify.next_root
+        if on_round is not None:
+            on_round(active, last)
         if progress is not None:
             progress(done, rounds)
     if progress is not None and metrics.rounds < rounds:  # every request finished early

@@ -230,7 +230,7 @@ def discover_targets() -> dict[str, SimTarget]:
     """Every target declared by a subpackage of ``sim`` (its module attribute ``TARGETS``).
 
     A kernel's simulation files live in ``sim/<kernel>/``; declaring ``TARGETS`` in its
-    ``__init__`` is all it takes to appear in ``make sim``, ``make demo`` and the reports.
+    ``__init__`` is all it takes to appear in ``make sim``, ``make check`` and the reports.
     """
     import sim
 
