@@ -28,7 +28,7 @@ import host
 
 ROUNDS_PER_EXAMPLE = 25
 GOLDEN_EXAMPLES = 8
-RTL_EXAMPLES = 2
+RTL_EXAMPLES = 8
 assert ROUNDS_PER_EXAMPLE <= ROUNDS  # the engines' tables are sized for ROUNDS
 
 
