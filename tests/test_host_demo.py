@@ -64,7 +64,8 @@ def test_progress_line_without_a_terminal():
             time.sleep(0.05)
         progress.log("building it")
     lines = stream.getvalue().splitlines()
-    assert lines[0] == "model: 0:00 elapsed (about 8 min on 2 cores the first time; cached after)"
+    assert lines[0] == ("model: 0:00 elapsed (about 8 min the first time on 2 busy cores; "
+                        "cached after)")
     assert lines[1] == "building it"
     assert lines[2].startswith("model: ready after 0.0 min")
     quiet = io.StringIO()
