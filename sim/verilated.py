@@ -37,6 +37,7 @@ from .harness import (
     VERILATOR_ARGS,
     SimulationError,
     _put_venv_tools_on_path,
+    _shown,
     _tool_versions,
     build_lock,
     elaborate,
@@ -172,7 +173,7 @@ def _compile(verilog_text: str, directory: Path, name: str, log) -> None:
     source.write_text(verilog_text)
     wrapper = obj / f"{WRAPPER}.cpp"
     wrapper.write_text("// replaced once the model's header exists\n")
-    log(f"building the Verilated library of {name} in {directory.relative_to(REPO_ROOT)} "
+    log(f"building the Verilated library of {name} in {_shown(directory)} "
         "(once per parameter set)")
     log_path = directory / "build.log"
     prefix = f"V{name}"
