@@ -116,3 +116,19 @@ def test_demo_on_the_rtl_backend():
         assert "cycles n/a" not in line and "bytes n/a" not in line
         assert line.endswith("rtl == golden: yes")
     assert done.stdout.splitlines()[-1] == "rtl == golden: yes (every round, bit for bit)"
+
+
+@pytest.mark.parametrize(("target", "command"), [
+    (["demo"], "/python -m host.demo"),
+    (["check"], "/python -m sim --all"),
+    (["sim", "KERNEL=all"], "/python -m sim --all"),
+    (["check", "SEED=3"], "/python -m sim --all --seed 3"),
+])
+def test_make_targets(target, command):
+    """``make demo`` runs the demo; the every-target regression is ``make check`` (or
+    ``make sim KERNEL=all``). Dry runs: what make would execute."""
+    done = subprocess.run(["make", "-n", *target], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert any(line.endswith(command) or f"{command} " in line
+               for line in done.stdout.splitlines()), done.stdout
