@@ -73,6 +73,9 @@ class Status(enum.IntEnum):
     BAD_PHASE = 3  # out of order: no round, drafting over, verify before build, ...
     NODE_BUDGET = 4  # the depth would overflow the node or input budget
     BAD_ARGUMENT = 5  # a value the engine cannot take (token outside the vocabulary, ...)
+    # The hardware's watchdog cut the command off (docs/engine.md, "The watchdog"); the golden
+    # never completes with it: :meth:`Engine.abandon_round` is what the engine did after it.
+    WATCHDOG = 6
 
 
 class Phase(enum.IntEnum):
@@ -435,6 +438,13 @@ class Engine:
             self._check_slots(np.array([slot], np.int64))
             return {"state": self._slots[int(slot)].copy()}
         return self._execute("read_state", run)
+
+    def abandon_round(self) -> None:
+        """What the hardware does after a ``WATCHDOG`` completion: the round in flight ends
+        where its last completed command left it (each of its slots reads that state, as when
+        a new round abandons it), and no round is in flight (only ``begin_round`` and
+        ``read_state`` are in order). Nothing else changes."""
+        self._round = None
 
     # --- queries and helpers --------------------------------------------------------------
 

@@ -107,8 +107,13 @@ class RtlBackend(Backend):
         (``ValueError`` otherwise).
     memory_latency : int
         Clocks from a memory request to its answer (every port, fixed, no stalls).
-    timeout_cycles : int
-        Clocks a command may take before ``RuntimeError`` (a hung engine).
+    watchdog_cycles : int
+        The engine's watchdog bound (``config.watchdog_cycles``; 0: the build's,
+        ``EngineParams.watchdog_cycles``): a command cut off by it completes with
+        ``Status.WATCHDOG``, reported as such.
+    timeout_cycles : int or None
+        Clocks a command may take before ``RuntimeError`` (a hung engine whose watchdog did
+        not complete it either); None: the watchdog's bound and 1,024 clocks more.
     log : callable or None
         Progress messages of the Verilator build (None: standard error); a cached build
         says nothing.
@@ -117,7 +122,8 @@ class RtlBackend(Backend):
     name = "rtl"
 
     def __init__(self, config: EngineConfig, req_to_token: np.ndarray, *, hot_token_id=None,
-                 memory_latency: int = 4, timeout_cycles: int = 2_000_000, log=None):
+                 memory_latency: int = 4, watchdog_cycles: int = 0,
+                 timeout_cycles: int | None = None, log=None):
         from hw.dataflow.engine import EngineParams, counter_layout
         from sim.dataflow.host import EngineHost
         from sim.dataflow.memory import CardMemory
@@ -143,7 +149,9 @@ class RtlBackend(Backend):
             config, pool_rows=rows, context_len=context).items())),
             log if log is not None else _stderr)
         self.model = Model(self.library)
-        self.timeout_cycles = timeout_cycles
+        self._watchdog_cycles = watchdog_cycles
+        self.timeout_cycles = (watchdog_cycles or self.params.watchdog_cycles) + 1024 \
+            if timeout_cycles is None else timeout_cycles
         self._memory_latency = memory_latency
         self._parts = (EngineHost, CardMemory, layout_fields, pack, counter_layout)
         self._rounds = []  # the commands that made the state of the slots: see ``restore``
@@ -183,7 +191,7 @@ class RtlBackend(Backend):
             port.drive()
         model.reset()
         model.set("config", pack(params.config_layout, 1, **self.host.config(
-            config.vocab_size, config.cost_per_node))[0])
+            config.vocab_size, config.cost_per_node, self._watchdog_cycles))[0])
         model.eval()
         self._round = _Round()
         self._table = self.host.req_to_token()
@@ -360,6 +368,10 @@ class RtlBackend(Backend):
     def _result(self, name, done, outputs, cycles, data) -> CommandResult:
         status = Status(done["status"])
         message = "" if status == Status.OK else f"the engine refused {name} ({status.name})"
+        if status == Status.WATCHDOG:
+            message = (f"the engine's watchdog cut {name} off after {cycles} clocks "
+                       f"(WATCHDOG): the round in flight is abandoned")
+            self._round = _Round()
         return CommandResult(Completion(name, status, message, outputs if status == Status.OK
                                         else {}), cycles=cycles, bytes=data)
 
@@ -406,7 +418,7 @@ class RtlBackend(Backend):
             port.drive()
         model.eval()
         busy = [port.name for port in ports if not port.done]
-        if busy:
+        if busy and fields["status"] != Status.WATCHDOG:  # (a cut-off command's ports hang)
             raise RuntimeError(f"rtl backend: {name} completed with memory bursts in flight "
                                f"on {', '.join(busy)}")
         if fields["tag"] != command["tag"]:

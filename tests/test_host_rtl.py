@@ -180,3 +180,41 @@ def test_a_table_beyond_int32_is_refused():
     table = np.full((2, CONTEXT), 1 << 40, np.int64)
     with pytest.raises(ValueError, match="req_to_token"):
         host.RtlBackend(host.engine_config(CONFIG, V), table)
+
+
+def test_a_hung_memory_is_a_watchdog_error():
+    """A command whose memory never answers (every channel stalled) completes with
+    ``WATCHDOG`` after the configured bound, reported as such; the round in flight ends where
+    its last command left it (``golden.engine.Engine.abandon_round``) and the engine serves
+    the next round as the golden does."""
+    from golden.engine import Engine, Status
+    from host.engine import engine_config
+    from host.rtl import RtlBackend
+
+    config = engine_config(CONFIG, V)
+    table = np.full((CONFIG.batch_size, CONTEXT), -1, np.int64)
+    rtl = RtlBackend(config, table.copy(), watchdog_cycles=5000)
+    golden = Engine(config, table.copy())
+    k = CONFIG.node_top_k
+    begin = dict(slots=np.array([0, 1]), root_tokens=np.array([3, 7]),
+                 seq_lens=np.array([10, 20]), req_pool_indices=np.array([0, 1]),
+                 draft_cache_locs=np.arange(2 * (CONFIG.max_input_size + 1)).reshape(2, -1),
+                 verify_num=CONFIG.verify_num, depths=None)
+    probas = np.tile(np.linspace(0.5, 0.1, k, dtype=np.float32), (2, 1))
+    tokens = np.tile(np.arange(k, dtype=np.int64), (2, 1))
+    assert rtl.begin_round(**begin).completion.ok and golden.begin_round(**begin).ok
+    rtl.memory.stall = 1.0  # no channel of any port moves
+    hung = rtl.draft_depth(probas, tokens)
+    rtl.memory.stall = 0.0
+    assert hung.completion.status == Status.WATCHDOG
+    assert "watchdog" in hung.completion.message and hung.cycles >= 5000
+    golden.abandon_round()
+    for slot in range(CONFIG.batch_size):
+        assert_same_state(rtl.read_state(slot).completion.outputs["state"],
+                          golden.read_state(slot).outputs["state"], f"read_state({slot})")
+    locs = np.arange(2 * CONFIG.verify_num)
+    assert rtl.build_verify(0, locs).completion.status == Status.BAD_PHASE
+    assert rtl.begin_round(**begin).completion.ok and golden.begin_round(**begin).ok
+    assert rtl.draft_depth(probas, tokens).completion.ok and golden.draft_depth(probas, tokens).ok
+    assert_same_state(rtl.read_state(1).completion.outputs["state"],
+                      golden.read_state(1).outputs["state"], "the next round")

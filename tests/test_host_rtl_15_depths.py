@@ -1,10 +1,13 @@
-"""The recorded 15-depth draft round (``tests/record_draft_round.py``: the sizes of the spec's
-15-depth capture, docs/kernels.md §4, and a width per depth) replayed through
+"""The recorded 15-depth draft rounds (``tests/record_draft_round.py``: the sizes of the spec's
+15-depth capture, docs/kernels.md §4, with a width per depth; and a real run's shape, 229
+nodes filling the node budget exactly, 157 draft inputs) replayed through
 ``host.Engine.draft_round(..., widths=...)`` on the rtl backend: the same round as on the
-golden backend, bit for bit, and the tree the record holds.
+golden backend, bit for bit, and the tree the record holds; then every slot's ``read_state``,
+``build_verify`` and ``verify`` equal on both backends.
 
-Slow tier: the build (K = W = 8, 15 depth labels, 1,024 nodes, 64 draft inputs) takes Verilator
-several minutes; it is cached under build/verilated/ like every model."""
+Slow tier: each build (K = W = 8, 1,024 nodes, 64 draft inputs; K = W = 4, 229 nodes, 157
+draft inputs) takes Verilator several minutes; it is cached under build/verilated/ like every
+model."""
 
 import ast
 
@@ -13,15 +16,15 @@ import pytest
 
 import host
 from golden import DraftRoundConfig, DraftSample
-from tests.record_draft_round import RECORD, TREE_ARRAYS
-from tests.test_host_rtl import assert_same, same_bits
+from tests.record_draft_round import RECORDS, TREE_ARRAYS
+from tests.test_host_rtl import assert_same, assert_same_state, same_bits
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def recorded():
-    with np.load(RECORD) as data:
+@pytest.fixture(scope="module", params=list(RECORDS), ids=lambda path: path.stem)
+def recorded(request):
+    with np.load(request.param) as data:
         return {name: data[name] for name in data.files}
 
 
@@ -40,9 +43,10 @@ def test_recorded_round_with_widths_equals_golden_and_the_record(recorded):
     config = DraftRoundConfig(**ast.literal_eval(str(recorded["config"])))
     vocab = int(recorded["vocab_size"])
     widths = recorded["widths"].tolist()
-    results = {}
+    engines, results = {}, {}
     for backend in ("rtl", "golden"):
-        engine = host.Engine(config, vocab_size=vocab, backend=backend, context_len=256)
+        engine = engines[backend] = host.Engine(config, vocab_size=vocab, backend=backend,
+                                                context_len=256, seed=7)
         results[backend] = engine.draft_round(replay(recorded), recorded["root_tokens"],
                                               widths=widths)
     got, expected = results["rtl"], results["golden"]
@@ -58,3 +62,25 @@ def test_recorded_round_with_widths_equals_golden_and_the_record(recorded):
             assert same_bits(mine, theirs), name
         else:
             assert same_bits(mine[:, :count], theirs[:, :count]), name
+    _verify_and_read_back(engines, config, vocab)
+
+
+def _verify_and_read_back(engines, config, vocab):
+    """Every slot's state, then the verify tree and the fused verify on seeded logits (coins
+    from the engines' equal seeds), then the states again: equal on both backends."""
+    def each(call):
+        return [call(engines[backend]) for backend in ("rtl", "golden")]
+
+    def same_states(where):
+        for slot in range(config.batch_size):
+            got, expected = (engines[name].read_state(slot) for name in ("rtl", "golden"))
+            assert_same_state(got, expected, f"read_state({slot}) {where}")
+
+    same_states("after drafting")
+    assert_same(*each(lambda engine: engine.build_verify()), "build_verify")
+    n = engines["golden"].verify_size()
+    logits = np.random.default_rng(39).standard_normal(
+        (config.batch_size, n, vocab)).astype(np.float32)
+    temperatures = np.ones(config.batch_size, np.float32)
+    assert_same(*each(lambda engine: engine.verify(logits, temperatures)), "verify")
+    same_states("after verify")

@@ -30,6 +30,7 @@ class Status(enum.IntEnum):
     BAD_PHASE = 3
     NODE_BUDGET = 4
     BAD_ARGUMENT = 5
+    WATCHDOG = 6
 
 
 class StopReason(enum.IntEnum):

@@ -9,7 +9,7 @@ from hw.lib.params import index_bits
 from .commands import ONE_BITS, ROOT_SCORE_BITS, Phase, Status, StopReason
 from .runs import TABLE_READY, copy_words
 
-__all__ = ["begin_round_states", "draft_depth_states"]
+__all__ = ["begin_round_states", "draft_depth_states", "save_round"]
 
 
 def begin_round_states(m, c):
@@ -109,21 +109,9 @@ def begin_round_states(m, c):
 
     with m.State("BEGIN_SAVE"):
         # The round in flight is abandoned: what it leaves in each of its slots (read_state)
-        m.d.comb += [c.slot_rd.addr.eq(c.row(c.b)), c.seq_rd.addr.eq(c.row(c.b)),
-                     c.pool_rd.addr.eq(c.row(c.b))]
-        with m.If(c.b == c.batch):
+        with m.If(save_round(m, c)):
             m.d.sync += [c.b.eq(0), c.j.eq(0)]
             m.next = "BEGIN_INIT"
-        with m.Elif(c.j == 0):
-            m.d.sync += c.j.eq(1)
-        with m.Else():
-            m.d.comb += [c.info_wr.addr.eq(c.slot_rd.data), c.info_wr.en.eq(1),
-                         c.info_wr.data.phase.eq(c.phase),
-                         c.info_wr.data.seq_len.eq(c.seq_rd.data),
-                         c.info_wr.data.pool.eq(c.pool_rd.data),
-                         c.info_wr.data.cumu_count.eq(c.cumu_count)]
-            m.d.sync += [c.b.eq(c.b + 1), c.j.eq(0),
-                         c.saved.eq(c.saved | (1 << c.slot_rd.data))]
 
     with m.State("BEGIN_INIT"):
         # Per request: K2 node 0 and the sort/work rows, the frontier's root; element
@@ -190,6 +178,27 @@ def begin_round_states(m, c):
                                  read=c.kv_rd, writer=c.twriter,
                                  address=lambda x: c.kv_row(c.b, x, new=True))):
                 m.d.sync += [c.b.eq(c.b + 1), c.j.eq(0), c.i.eq(0)]
+
+
+def save_round(m, c):
+    """Save the round in flight, batch row ``c.b`` after row (``c.b``, ``c.j`` from 0, two
+    clocks a row): its slot's phase, ``seq_len``, ``req_to_token`` row and node count into
+    ``slot_info``, which ``read_state`` reports for a slot outside the round in flight.
+    Returns whether every row is saved (``c.b == c.batch``); the caller moves on then."""
+    m.d.comb += [c.slot_rd.addr.eq(c.row(c.b)), c.seq_rd.addr.eq(c.row(c.b)),
+                 c.pool_rd.addr.eq(c.row(c.b))]
+    done = c.b == c.batch
+    with m.If(~done & (c.j == 0)):
+        m.d.sync += c.j.eq(1)
+    with m.Elif(~done):
+        m.d.comb += [c.info_wr.addr.eq(c.slot_rd.data), c.info_wr.en.eq(1),
+                     c.info_wr.data.phase.eq(c.phase),
+                     c.info_wr.data.seq_len.eq(c.seq_rd.data),
+                     c.info_wr.data.pool.eq(c.pool_rd.data),
+                     c.info_wr.data.cumu_count.eq(c.cumu_count)]
+        m.d.sync += [c.b.eq(c.b + 1), c.j.eq(0),
+                     c.saved.eq(c.saved | (1 << c.slot_rd.data))]
+    return done
 
 
 def draft_depth_states(m, c):

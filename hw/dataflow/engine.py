@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from functools import cached_property
 from types import SimpleNamespace
 
-from amaranth.hdl import Array, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Module, Mux, ResetInserter, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -40,8 +40,8 @@ from hw.kernels.work_deltas import WorkDeltas, WorkDeltasParams
 from hw.lib.params import ParameterRecord, parameter
 from hw.lib.stream import RegisterSlice
 
-from .commands import ONE_BITS, ROOT_SCORE_BITS, Opcode, Status, StopReason
-from .draft_states import begin_round_states, draft_depth_states
+from .commands import ONE_BITS, ROOT_SCORE_BITS, Opcode, Phase, Status, StopReason
+from .draft_states import begin_round_states, draft_depth_states, save_round
 from .mask_bytes import MaskBytes
 from .memory_ports import (
     COUNTER_BITS,
@@ -189,6 +189,25 @@ class EngineParams(ParameterRecord):
                                     v * self.tree_words, self.max_seq_len + v,
                                     -(-v * (self.max_seq_len + v) // 4))
 
+    @property
+    def watchdog_cycles(self) -> int:
+        """The watchdog's bound (clocks from a command's acceptance) when the ``config``
+        port's ``watchdog_cycles`` is 0: 16 times a bound on the longest command with a memory
+        that answers at once (the runs of one command, at most twice the longest; the fused
+        verify's rows, at most ``max_steps + 1`` per request, each 4 passes over
+        ``max_vocab_size`` logits plus 64 clocks; K2's and ``read_state``'s work, 8 clocks
+        per node and score of every request's tree; K1 to K3, 16 clocks per candidate),
+        rounded up to a power of two. The factor 16 covers memory latency and back-pressure;
+        a command that takes longer than that is hung (docs/engine.md, "The watchdog")."""
+        v, steps, batch = self.max_verify_num, self.max_steps, self.max_batch
+        logit_bits = 16 if self.logit_format == "bfloat16" else 32
+        row_beats = -(-self.max_vocab_size * logit_bits // (self.logit_ports
+                                                            * self.logit_port_bits))
+        work = (2 * self.max_run_words + batch * (steps + 1) * (4 * row_beats + 64)
+                + batch * 8 * (self.max_node_count + 2 * v + self.node_top_k)
+                + batch * 16 * self.max_candidates)
+        return 1 << (16 * work - 1).bit_length()
+
     @cached_property
     def command_layout(self) -> data.StructLayout:
         """One command: ``opcode``, ``tag`` (returned in the completion), ``batch_size``,
@@ -218,10 +237,11 @@ class EngineParams(ParameterRecord):
         """Static settings (written through the control registers while idle):
         ``req_to_token`` (byte address of the int32 table), ``pool_rows`` ``P``,
         ``context_len`` ``C`` (words per table row), ``vocab_size`` ``V``,
-        ``cost_per_node`` (float32 bits)."""
+        ``cost_per_node`` (float32 bits), ``watchdog_cycles`` (the watchdog's bound; 0: the
+        build's, :attr:`watchdog_cycles`)."""
         return data.StructLayout({
             "req_to_token": self.address_width, "pool_rows": 32, "context_len": 32,
-            "vocab_size": 32, "cost_per_node": 32,
+            "vocab_size": 32, "cost_per_node": 32, "watchdog_cycles": 32,
         })
 
     @property
@@ -279,32 +299,40 @@ class PersistentEngine(wiring.Component):
         R, F = p.argument_words, p.frontier_words
 
         # --- kernels and ports ---------------------------------------------------------------
-        m.submodules.k1 = k1 = ScoreSortPipeline(**asdict(p.k1))
-        m.submodules.k2 = k2 = UpdateCumuDraftState(**asdict(p.k2))
+        # The watchdog's abort resets every kernel and port run (their logic, not their
+        # memories) in the clock it cuts a command off.
+        abort = Signal()
+
+        def kernel(name, component):
+            m.submodules[name] = ResetInserter(abort)(component)
+            return component
+
+        k1 = kernel("k1", ScoreSortPipeline(**asdict(p.k1)))
+        k2 = kernel("k2", UpdateCumuDraftState(**asdict(p.k2)))
         # The sequencer's commands to K2's host port pass a register slice: its state decode
         # and K2's address and write-enable logic behind it do not fit one clock together.
-        m.submodules.host_slice = host_slice = RegisterSlice(k2.host_cmd.payload.shape())
+        host_slice = kernel("host_slice", RegisterSlice(k2.host_cmd.payload.shape()))
         wiring.connect(m, host_slice.o, k2.host_cmd)
         host_cmd = host_slice.i
         host_idle = ~host_slice.o.valid & host_slice.i.ready  # no command waits for K2
-        m.submodules.k3 = k3 = WorkDeltas(**asdict(p.k3))
+        k3 = kernel("k3", WorkDeltas(**asdict(p.k3)))
         port_args = dict(address_width=p.address_width, port_bits=p.port_bits,
                          max_words=p.max_run_words)
-        m.submodules.reader = reader = WordReader(**port_args)
-        m.submodules.result_writer = rwriter = WordWriter(**port_args)
-        m.submodules.mask_writer = mwriter = WordWriter(**port_args)
-        m.submodules.table_writer = twriter = WordWriter(**port_args)
-        m.submodules.k4 = k4 = TreeMask(**asdict(p.k4))
-        m.submodules.mask_bytes = mask_bytes = MaskBytes(
-            mask_lanes=p.mask_lanes, max_columns=p.max_seq_len + MAXV)
+        reader = kernel("reader", WordReader(**port_args))
+        rwriter = kernel("result_writer", WordWriter(**port_args))
+        mwriter = kernel("mask_writer", WordWriter(**port_args))
+        twriter = kernel("table_writer", WordWriter(**port_args))
+        k4 = kernel("k4", TreeMask(**asdict(p.k4)))
+        mask_bytes = kernel("mask_bytes", MaskBytes(
+            mask_lanes=p.mask_lanes, max_columns=p.max_seq_len + MAXV))
         wiring.connect(m, mask_bytes.words, mwriter.words)
         wiring.connect(m, reader.port, wiring.flipped(self.read))
         wiring.connect(m, rwriter.port, wiring.flipped(self.result_write))
         wiring.connect(m, twriter.port, wiring.flipped(self.table_write))
         wiring.connect(m, mwriter.port, wiring.flipped(self.mask_write))
-        m.submodules.verify = tv = TreeVerify(**asdict(p.verify))
-        m.submodules.k7 = k7 = VerifyResult(**asdict(p.k7))
-        m.submodules.active = active = ActiveSlots(max_batch_size=MAXB)
+        tv = kernel("verify", TreeVerify(**asdict(p.verify)))
+        k7 = kernel("k7", VerifyResult(**asdict(p.k7)))
+        active = kernel("active", ActiveSlots(max_batch_size=MAXB))
         for port in range(p.logit_ports):
             wiring.connect(m, tv.read[port], wiring.flipped(self.logits[port]))
         tv_busy = Signal()  # the fused verify has a request in flight
@@ -408,8 +436,10 @@ class PersistentEngine(wiring.Component):
         ws_last = Signal(range(-1, MAXV + K), init=-1)  # ws0 + K - 1: K3's scores per row, less one
 
         b = Signal(range(MAXB + 2))  # request of the batch (up to B + 1: the indptrs' entries)
-        i = Signal(range(max(R, NM, MAXV + K, WM * F, MAXN) + 2))  # element within it
-        j = Signal(range(max(R, NM, MAXV + K, WM * F, MAXN) + 2))  # second element counter
+        # read_state counts the most elements: a full tree's nodes, then both score rows
+        elements = max(R, NM, MAXV + K, WM * F, MAXN + 2 * MAXV + K)
+        i = Signal(range(elements + 2))  # element within it
+        j = Signal(range(elements + 2))  # second element counter
         n = Signal(range(NM + 1))  # N = W*K
         slot_seen = Signal(MAXB)
         bad_slot = Signal()
@@ -481,14 +511,18 @@ class PersistentEngine(wiring.Component):
         # build_verify's table runs)
         c.table_row = table_address(m, c, pool=pool_rd.data, offset=seq_rd.data,
                                     name="table_row")
-        with m.FSM(name="sequencer"):
+        # The watchdog: clocks left to the command in flight (docs/engine.md, "The watchdog")
+        remaining = Signal(range(p.watchdog_cycles + 1))
+        expired = Signal()  # remaining reached 0 a clock ago
+        limit = Mux(cfg.watchdog_cycles != 0, cfg.watchdog_cycles, p.watchdog_cycles)
+        with m.FSM(name="sequencer") as sequencer:
             with m.State("IDLE"):
                 m.d.comb += self.command.ready.eq(1)
                 with m.If(self.command.valid):
                     m.d.sync += [cmd.eq(self.command.payload), status.eq(Status.OK),
                                  stop_reason.eq(0), next_width.eq(0), b.eq(0), i.eq(0),
                                  j.eq(0), slot_seen.eq(0), bad_slot.eq(0),
-                                 bad_argument.eq(0)]
+                                 bad_argument.eq(0), remaining.eq(limit), expired.eq(0)]
                     with m.Switch(self.command.payload.opcode):
                         with m.Case(Opcode.BEGIN_ROUND):
                             m.next = "BEGIN_CHECK"
@@ -510,6 +544,14 @@ class PersistentEngine(wiring.Component):
             verify_states(m, c)
             read_state_states(m, c)
 
+            with m.State("WATCHDOG_SAVE"):
+                # The command was cut off (its kernels reset): the round in flight ends
+                # where its last completed command left it.
+                with m.If(save_round(m, c)):
+                    m.d.sync += [phase.eq(Phase.IDLE), in_round.eq(0),
+                                 status.eq(Status.WATCHDOG), b.eq(0), j.eq(0)]
+                    m.next = "COMPLETE"
+
             with m.State("COMPLETE"):
                 out = self.completion.payload
                 m.d.comb += [self.completion.valid.eq(1), out.tag.eq(cmd.tag),
@@ -520,4 +562,12 @@ class PersistentEngine(wiring.Component):
                 with m.If(self.completion.ready):
                     m.next = "IDLE"
 
+        waiting = sequencer.ongoing("IDLE") | sequencer.ongoing("COMPLETE") \
+            | sequencer.ongoing("WATCHDOG_SAVE")
+        m.d.sync += abort.eq(0)
+        with m.If(~waiting):
+            m.d.sync += [remaining.eq(remaining - (remaining != 0)), expired.eq(remaining == 0)]
+            with m.If(expired):  # after the command's own statements: this transition wins
+                m.d.sync += [sequencer.state.eq(sequencer.encoding["WATCHDOG_SAVE"]),
+                             abort.eq(1), b.eq(0), j.eq(0), expired.eq(0)]
         return m

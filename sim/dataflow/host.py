@@ -59,12 +59,13 @@ class EngineHost:
         self._round = None  # the requests of the last begin_round that passed (port_runs)
         self._verify_size = 0  # n of the last build_verify that passed (port_runs)
 
-    def config(self, vocab_size, cost_per_node=0.0):
-        """The ``config`` port's value."""
+    def config(self, vocab_size, cost_per_node=0.0, watchdog_cycles=0):
+        """The ``config`` port's value (``watchdog_cycles`` 0: the build's bound)."""
         rows, context = self.table_shape
         return {"req_to_token": self.table_address, "pool_rows": rows, "context_len": context,
                 "vocab_size": vocab_size,
-                "cost_per_node": int(np.float32(cost_per_node).view(np.uint32))}
+                "cost_per_node": int(np.float32(cost_per_node).view(np.uint32)),
+                "watchdog_cycles": watchdog_cycles}
 
     def _command(self, opcode, **fields):
         self._tag = (self._tag + 1) & 0xFFFF

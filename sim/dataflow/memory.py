@@ -102,14 +102,17 @@ class CardMemory:
 
     # --- Amaranth front ends ----------------------------------------------------------------
 
-    def serve_read(self, port, port_bits):
-        """A background Amaranth testbench answering the read port ``port``."""
+    def serve_read(self, port, port_bits, *, hold=None):
+        """A background Amaranth testbench answering the read port ``port``; while
+        ``hold()`` is true (a callable, None: never) the port takes no request (a hung
+        memory)."""
         server = ReadServer(self, port_bits)
 
         async def serve(ctx):
             ctx.set(port.r.valid, 0)
             while True:
                 ar_ready, beat = server.drive()
+                ar_ready = ar_ready and not (hold and hold())
                 ctx.set(port.ar.ready, ar_ready)
                 if beat is not None:
                     ctx.set(port.r.payload, beat)

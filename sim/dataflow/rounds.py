@@ -22,7 +22,8 @@ from sim.tree_verify.results import expected
 
 from .host import STOP_REASONS, EngineHost, run_beats
 
-__all__ = ["Scenario", "Step", "check_step", "check_port_counters", "engine_config"]
+__all__ = ["Scenario", "Step", "budget_widths", "check_step", "check_port_counters",
+           "engine_config"]
 
 
 def engine_config(params, vocab_size, cost_per_node=0.0) -> EngineConfig:
@@ -33,6 +34,25 @@ def engine_config(params, vocab_size, cost_per_node=0.0) -> EngineConfig:
         max_node_count=params.max_node_count, max_input_size=params.max_input_size,
         vocab_size=vocab_size, max_batch=params.max_batch, sort_width=params.sort_width,
         cost_per_node=cost_per_node)
+
+
+def budget_widths(node_count, *, node_top_k, max_tree_width, depths, max_input_size
+                  ) -> list[int]:
+    """The forced widths of a round whose tree ends with ``node_count`` nodes (the widths of
+    depth labels 2, 3, ...: :meth:`Scenario.budget_round`, ``host.Engine.draft_round``'s
+    ``widths``): the root, its ``K`` children, then ``K`` per frontier node of every later
+    depth, so ``node_count - 1`` must be a multiple of ``K``. As wide as ``max_tree_width``
+    allows, the rest in the last width; ``ValueError`` when ``depths`` labels or the draft
+    inputs (``max_input_size``) cannot hold that tree."""
+    k, wide = node_top_k, max_tree_width
+    if node_count < 1 + k or (node_count - 1) % k:
+        raise ValueError(f"no tree of {node_count} nodes at K = {k}")
+    total = (node_count - 1) // k - 1  # frontier nodes after depth 1, summed over depths
+    widths = [wide] * (total // wide) + ([total % wide] if total % wide else [])
+    if len(widths) + 1 > depths or total > max_input_size:
+        raise ValueError(f"a tree of {node_count} nodes needs {len(widths) + 1} depths and "
+                         f"{total} draft inputs")
+    return widths
 
 
 @dataclass
@@ -331,6 +351,35 @@ class Scenario:
         step.run = dict(completion.outputs, n=n, steps=call.steps, fused_call=call,
                         traces=traces)
         yield step
+
+    def budget_round(self, batch, widths, *, verify_num, tree_mask_mode=1):
+        """Yield the ``Step`` s of one round of forced widths on slots ``0 .. batch-1``:
+        ``begin_round`` (every depth label allowed), a ``draft_depth`` per entry of ``widths``
+        (the width it forces on the next depth) and one more at the full width (the depth
+        that meets a budget, or the depth labels' end), ``build_verify``,
+        ``verify`` on random logits and settings, then ``read_state`` of every slot of the
+        batch and of one slot the round did not use (if any). With widths from
+        :func:`budget_widths` the tree fills the node budget exactly or stops short of it."""
+        p, rng = self.params, self.rng
+        rows, context = self.host.table_shape
+        room = max(p.kv_slots, p.max_verify_num)
+        yield self._begin(dict(
+            slots=np.arange(batch, dtype=np.int64),
+            root_tokens=rng.integers(0, self.vocab, batch, dtype=np.int64),
+            seq_lens=rng.integers(0, context - room + 1, batch, dtype=np.int64),
+            req_pool_indices=rng.permutation(rows)[:batch].astype(np.int64),
+            draft_cache_locs=rng.integers(0, 1 << 20, (batch, p.kv_slots), dtype=np.int64),
+            verify_num=verify_num, depths=p.max_depths))
+        for width in [*widths, p.max_tree_width]:
+            r = self.golden._round
+            if r.phase.name != "DRAFTING":
+                break
+            yield self._draft(*self._draft_inputs(batch, r.frontier.node_ids.shape[1]),
+                              width=width)
+        yield self._build(tree_mask_mode)
+        yield self._verify()
+        for slot in range(min(batch + 1, p.max_batch)):
+            yield self._read_state(slot)
 
     def contract_logits(self, head_mass):
         """Target logits for the built verify tree, as ``sim.tree_verify.generators``'
