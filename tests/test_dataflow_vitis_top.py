@@ -57,7 +57,7 @@ def test_ports_follow_the_interface():
         ("m_axi_logits1", "read", "logits1_ptr")]
     assert interface.scalars == RING_SCALARS + (
         ("req_to_token", 64), ("pool_rows", 32), ("context_len", 32), ("vocab_size", 32),
-        ("cost_per_node", 32))
+        ("cost_per_node", 32), ("watchdog_cycles", 32))
     assert members["s_axi_control_awvalid"].flow.name == "In"
     registers = {row.name for row in interface.registers}
     assert set(READ_ONLY) <= registers and {name for name, _ in RING_SCALARS} <= registers
