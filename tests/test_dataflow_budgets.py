@@ -28,14 +28,14 @@ def build(**sizes) -> dict:
 # (the budget filled exactly) or max_node_count - 1 (one node short)
 SWEEP = [
     ("K2-W2-N23-MI10-V6-B3-full", build(max_node_count=23, max_input_size=10,
-                                         max_verify_num=6, max_batch=3, max_depths=6),
+                                         max_verify_num=6, max_batch=3, max_depths=7),
      3, (23,)),
     ("K3-W3-N29-MI9-V7-B5-short", build(node_top_k=3, max_tree_width=3, max_node_count=29,
                                          max_input_size=9, max_verify_num=7, max_batch=5,
                                          max_depths=5), 2, (28,)),
     ("K1-W1-N13-MI11-V5-B1-both", build(node_top_k=1, max_tree_width=1, max_node_count=13,
                                          max_input_size=11, max_verify_num=5, max_batch=1,
-                                         max_depths=12), 1, (13, 12)),
+                                         max_depths=13), 1, (13, 12)),
     ("K4-W3-N49-MI11-V9-B3-full", build(node_top_k=4, max_tree_width=3, max_node_count=49,
                                          max_input_size=11, max_verify_num=9, max_batch=3,
                                          max_depths=6, max_seq_len=80), 3, (49,)),
@@ -44,14 +44,14 @@ SWEEP = [
 SWEEP_SLOW = [
     ("K3-W2-N43-MI13-V11-B6-short", build(node_top_k=3, max_tree_width=2, max_node_count=44,
                                            max_input_size=13, max_verify_num=11, max_batch=6,
-                                           max_depths=8), 6, (43,)),
+                                           max_depths=9), 6, (43,)),
     ("K4-W4-N229-MI157-V64-B1-full", build(node_top_k=4, max_tree_width=4,
                                             max_node_count=229, max_input_size=157,
                                             max_verify_num=64, max_batch=1, max_depths=15,
                                             max_seq_len=320), 1, (229,)),
     ("K5-W5-N57-MI12-V13-B3-short", build(node_top_k=5, max_tree_width=5, max_node_count=57,
                                            max_input_size=12, max_verify_num=13, max_batch=3,
-                                           max_depths=4, sort_width=32), 3, (56,)),
+                                           max_depths=4), 3, (56,)),
 ]
 
 
