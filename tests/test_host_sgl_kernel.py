@@ -1,0 +1,377 @@
+"""host.sgl_kernel: sgl-kernel's speculative ops called as SGLang calls them (positional, both
+keyword spellings, int32 and int64, an uninitialised or absent ``draft_probs``), compared
+with direct calls of the goldens on the same inputs (floats by bit pattern)."""
+
+import numpy as np
+import pytest
+from test_golden_reject_sample import make_case
+
+import golden
+from host import sgl_kernel
+from host.arrays import host_array
+
+SAMPLING_INPUTS = ("candidates", "retrive_index", "retrive_next_token", "retrive_next_sibling",
+                   "uniform_samples", "uniform_samples_for_final_sampling", "target_probs")
+TREE_OUTPUTS = ("predicts", "accept_index", "accept_token_num")
+
+
+# --- cases -------------------------------------------------------------------------------------
+
+
+def sampling_case(seed, b=3, n=6, s=4, vocab=8):
+    """Inputs and pre-filled outputs as SGLang's EagleVerifyInput allocates them (``predicts``
+    with its spare element), no ``draft_probs``."""
+    case = make_case(np.random.default_rng(seed), b, n, s, vocab)
+    del case["draft_probs"]
+    case["predicts"] = np.full(b * n + 1, -1, np.int32)
+    # the root's first child drafts the root row's likeliest token, so drafts get accepted
+    first = case["retrive_next_token"][:, 0]
+    case["candidates"][np.arange(b), first] = case["target_probs"][:, 0].argmax(axis=1)
+    return case
+
+
+def copy_case(case):
+    return {k: v.copy() for k, v in case.items()}
+
+
+def golden_sampling(case, threshold_single=1.0, threshold_acc=1.0):
+    """The golden run on copies: ``(outputs, draft_probs)``."""
+    ref = copy_case(case)
+    draft = np.zeros_like(ref["target_probs"])
+    golden.tree_speculative_sampling_target_only(
+        *(ref[k] for k in TREE_OUTPUTS), *(ref[k] for k in SAMPLING_INPUTS), draft,
+        threshold_single, threshold_acc, True)
+    return ref, draft
+
+
+def assert_bits(actual, expected):
+    """Same dtype, shape and bit pattern."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    assert actual.tobytes() == expected.tobytes()
+
+
+def assert_outputs(got, ref, names=TREE_OUTPUTS):
+    for name in names:
+        assert_bits(got[name], ref[name])
+
+
+def respelled(case):
+    """The case's tree arrays under SGLang's ``retrieve_*`` names."""
+    return {k.replace("retrive_", "retrieve_"): v for k, v in case.items()}
+
+
+# --- tree_speculative_sampling_target_only ------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sampling_positional_equals_golden(seed):
+    case = sampling_case(seed)
+    ref, ref_draft = golden_sampling(case, 0.05, 0.5)
+    default, _ = golden_sampling(case)
+    draft = np.zeros_like(case["target_probs"])
+    sgl_kernel.tree_speculative_sampling_target_only(
+        *(case[k] for k in TREE_OUTPUTS), *(case[k] for k in SAMPLING_INPUTS), draft, 0.05, 0.5,
+        True)
+    assert_outputs(case, ref)
+    assert_bits(draft, ref_draft)
+    assert (ref["accept_token_num"] > 0).any()  # the case accepts drafts
+    assert ref["accept_index"].tolist() != default["accept_index"].tolist()  # thresholds used
+
+
+@pytest.mark.parametrize("spelling", ["retrive", "retrieve"])
+def test_sampling_keywords_both_spellings(spelling):
+    case = sampling_case(7)
+    ref, ref_draft = golden_sampling(case)
+    kwargs = case if spelling == "retrive" else respelled(case)
+    draft = np.zeros_like(case["target_probs"])
+    sgl_kernel.tree_speculative_sampling_target_only(**kwargs, draft_probs=draft,
+                                                     threshold_single=1.0, threshold_acc=1.0,
+                                                     deterministic=True)
+    assert_outputs(case, ref)
+    assert_bits(draft, ref_draft)
+
+
+def test_sampling_int32_tree_arrays():
+    case = sampling_case(3)
+    ref, ref_draft = golden_sampling(case)
+    narrow = {k: v.astype(np.int32) if v.dtype == np.int64 else v for k, v in case.items()}
+    draft = np.zeros_like(case["target_probs"])
+    sgl_kernel.tree_speculative_sampling_target_only(**respelled(narrow), draft_probs=draft)
+    assert_outputs(narrow, ref)
+    assert_bits(draft, ref_draft)
+
+
+def test_sampling_int64_outputs_are_written_back():
+    case = sampling_case(5)
+    ref, _ = golden_sampling(case)
+    wide = copy_case(case)
+    for name in TREE_OUTPUTS:
+        wide[name] = wide[name].astype(np.int64)
+    sgl_kernel.tree_speculative_sampling_target_only(**wide)
+    for name in TREE_OUTPUTS:
+        assert wide[name].dtype == np.int64
+        assert wide[name].tolist() == ref[name].tolist()
+
+
+def test_sampling_uninitialised_draft_probs():
+    case = sampling_case(11)
+    ref, ref_draft = golden_sampling(case)
+    draft = np.full_like(case["target_probs"], np.nan)  # what torch.empty_like may hold
+    sgl_kernel.tree_speculative_sampling_target_only(
+        *(case[k] for k in TREE_OUTPUTS), *(case[k] for k in SAMPLING_INPUTS), draft)
+    assert_outputs(case, ref)
+    assert_bits(draft, ref_draft)
+    assert (ref_draft != 0).any()  # rejected drafts were recorded
+
+
+def test_sampling_variant_without_draft_probs():
+    # sgl-kernel's newer op: thresholds right after target_probs
+    case = sampling_case(2)
+    ref, _ = golden_sampling(case, 0.2, 0.5)
+    default, _ = golden_sampling(case)
+    sgl_kernel.tree_speculative_sampling_target_only(
+        *(case[k] for k in TREE_OUTPUTS), *(case[k] for k in SAMPLING_INPUTS), 0.2, 0.5, True)
+    assert_outputs(case, ref)
+    assert ref["accept_index"].tolist() != default["accept_index"].tolist()  # thresholds used
+
+
+def test_sampling_flat_target_probs_and_one_spare_predict():
+    case = sampling_case(4)
+    ref, ref_draft = golden_sampling(case)
+    b, n, vocab = case["target_probs"].shape
+    flat = copy_case(case)
+    flat["target_probs"] = flat["target_probs"].reshape(b * n, vocab)
+    draft = np.zeros((b * n, vocab), np.float32)
+    sgl_kernel.tree_speculative_sampling_target_only(**flat, draft_probs=draft)
+    assert_outputs(flat, ref)
+    assert_bits(draft, ref_draft.reshape(b * n, vocab))
+
+
+def test_both_spellings_at_once_is_a_type_error():
+    case = sampling_case(0)
+    with pytest.raises(TypeError, match="both `retrive_index` and `retrieve_index`"):
+        sgl_kernel.tree_speculative_sampling_target_only(
+            **case, retrieve_index=case["retrive_index"])
+
+
+def test_bad_input_writes_nothing():
+    case = sampling_case(1)
+    case["retrive_next_sibling"][0, 1] = 1  # a sibling cycle ...
+    case["retrive_next_sibling"][0, 2] = 1  # ... the walk cannot end
+    case["retrive_next_token"][0, 0] = 1
+    case["target_probs"][0, 0] = 0.0  # every draft at the root rejected: the walk goes on
+    outs = {name: case[name].astype(np.int64) for name in TREE_OUTPUTS}  # via working copies
+    before = {name: v.copy() for name, v in outs.items()}
+    draft = np.full_like(case["target_probs"], 3.0)
+    with pytest.raises(ValueError, match="cycle"):
+        sgl_kernel.tree_speculative_sampling_target_only(
+            **{**case, **outs}, draft_probs=draft)
+    for name, value in outs.items():
+        assert value.tolist() == before[name].tolist()
+    assert (draft == 3.0).all()
+
+
+def test_refused_arrays_name_the_argument():
+    case = sampling_case(1)
+    with pytest.raises(ValueError, match="`target_probs` must be float32"):
+        sgl_kernel.tree_speculative_sampling_target_only(
+            **{**case, "target_probs": case["target_probs"].astype(np.float64)})
+    with pytest.raises(ValueError, match="`candidates` must be a plain numpy array"):
+        sgl_kernel.tree_speculative_sampling_target_only(
+            **{**case, "candidates": np.ma.masked_array(case["candidates"])})
+    with pytest.raises(ValueError, match="`candidates` must be a numpy array, a torch tensor"):
+        sgl_kernel.tree_speculative_sampling_target_only(
+            **{**case, "candidates": case["candidates"].tolist()})
+    with pytest.raises(ValueError, match="`retrive_index` must be an integer"):
+        sgl_kernel.tree_speculative_sampling_target_only(
+            **{**case, "retrive_index": case["retrive_index"].astype(object)})
+
+
+# --- verify_tree_greedy -------------------------------------------------------------------------
+
+
+def greedy_case(seed, dtype=np.int64):
+    case = sampling_case(seed, vocab=4)
+    for name in SAMPLING_INPUTS[4:]:
+        del case[name]
+    rng = np.random.default_rng(seed + 100)
+    case["target_predict"] = rng.integers(0, 4, case["candidates"].size).astype(dtype)
+    b, n = case["candidates"].shape
+    first = case["candidates"][np.arange(b), case["retrive_next_token"][:, 0]]
+    case["target_predict"][np.arange(b) * n] = first  # the root's first child is accepted
+    for name in ("candidates", "retrive_index", "retrive_next_token", "retrive_next_sibling"):
+        case[name] = case[name].astype(dtype)
+    return case
+
+
+def golden_greedy(case):
+    ref = {k: v.astype(np.int64) if v.dtype == np.int32 and k not in TREE_OUTPUTS else v.copy()
+           for k, v in case.items()}
+    golden.verify_tree_greedy(**ref)
+    return ref
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("form", ["positional", "retrive", "retrieve"])
+def test_greedy_equals_golden(dtype, form):
+    case = greedy_case(21, dtype)
+    ref = golden_greedy(case)
+    if form == "positional":
+        sgl_kernel.verify_tree_greedy(*case.values())
+    else:
+        sgl_kernel.verify_tree_greedy(**(case if form == "retrive" else respelled(case)))
+    assert_outputs(case, ref)
+    assert (ref["accept_token_num"] > 0).any()
+
+
+# --- build_tree_kernel_efficient ----------------------------------------------------------------
+
+# topk 2, depth 3: flat 0,1 under the root; 2..5 under flat 0,1; 6..9 under flat 3,4.
+PARENT_LIST = [[-1, 0, 1, 3, 4], [-1, 0, 1, 3, 4]]
+SELECTED = [[0, 1, 3, 7], [0, 1, 2, 3]]
+SEQ_LENS = [3, 1]
+
+
+def tree_buffers(mode, n=5, dtype=np.int64):
+    """The outputs as SGLang allocates them (mask pre-filled, links -1)."""
+    bs = len(SEQ_LENS)
+    if mode == 2:
+        mask = np.zeros(bs * n, np.uint8)
+    else:
+        size = n * sum(SEQ_LENS) + bs * n * n if mode == 0 else bs * n * n
+        mask = np.ones(size, bool)
+    return {"tree_mask": mask, "positions": np.empty(bs * n, dtype),
+            "retrive_index": np.full((bs, n), -1, dtype),
+            "retrive_next_token": np.full((bs, n), -1, dtype),
+            "retrive_next_sibling": np.full((bs, n), -1, dtype)}
+
+
+def tree_inputs(dtype):
+    return {"parent_list": np.array(PARENT_LIST, dtype),
+            "selected_index": np.array(SELECTED, dtype),
+            "verified_seq_len": np.array(SEQ_LENS, dtype)}
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("form", ["positional", "retrive", "retrieve"])
+def test_build_tree_equals_golden(mode, dtype, form):
+    ref = tree_buffers(mode)
+    golden.build_tree_kernel_efficient(*tree_inputs(np.int64).values(), *ref.values(), 2, 3, 5,
+                                       mode)
+    got = tree_buffers(mode, dtype=dtype)
+    inputs = tree_inputs(dtype)
+    if form == "positional":
+        sgl_kernel.build_tree_kernel_efficient(*inputs.values(), *got.values(), 2, 3, 5,
+                                               golden.TreeMaskMode(mode))
+    else:
+        outs = got if form == "retrive" else respelled(got)
+        sgl_kernel.build_tree_kernel_efficient(**inputs, **outs, topk=2, depth=3,
+                                               draft_token_num=5, tree_mask_mode=mode)
+    for name, value in ref.items():
+        assert got[name].dtype == (value.dtype if name == "tree_mask" else dtype)
+        assert got[name].tolist() == value.tolist()
+    # request 0: positions 1, 2 under the root, 3 under 1, 4 under 3 (hand-worked)
+    assert got["retrive_next_token"][0].tolist() == [1, 3, -1, 4, -1]
+    assert got["positions"][:5].tolist() == [3, 4, 4, 5, 6]
+
+
+# --- segment_packbits ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_segment_packbits(dtype):
+    rng = np.random.default_rng(5)
+    lengths = [9, 0, 3, 16]
+    x = rng.random(sum(lengths)) < 0.5
+    x[:9] = [1, 0, 0, 0, 0, 0, 0, 1, 1]  # little-endian: 0b10000001, then 0b1
+    ins = np.concatenate([[0], np.cumsum(lengths)]).astype(dtype)
+    outs = np.concatenate([[0], np.cumsum([(n + 7) // 8 for n in lengths])]).astype(dtype)
+    y = np.full(int(outs[-1]) + 1, 0xAA, np.uint8)  # one spare byte, never written
+    sgl_kernel.segment_packbits(x, ins, outs, y, len(lengths))
+    assert y[:2].tolist() == [0x81, 0x01]
+    for i in range(len(lengths)):
+        segment = golden.pack_tree_mask(x[ins[i]:ins[i + 1]])
+        assert y[outs[i]:outs[i + 1]].tolist() == segment.tolist()
+    assert y[-1] == 0xAA
+
+
+def test_segment_packbits_refuses_a_short_output_segment():
+    y = np.zeros(2, np.uint8)
+    with pytest.raises(ValueError, match="segment 0"):
+        sgl_kernel.segment_packbits(np.ones(9, bool), np.array([0, 9], np.int32),
+                                    np.array([0, 1], np.int32), y, 1)
+    assert y.tolist() == [0, 0]
+
+
+# --- backends and the adapter -------------------------------------------------------------------
+
+
+def test_rtl_backend_says_what_is_missing():
+    case = greedy_case(1)
+    with pytest.raises(NotImplementedError, match="caller-built tree"):
+        sgl_kernel.verify_tree_greedy(**case, backend="rtl")
+    with pytest.raises(NotImplementedError, match="no segment_packbits kernel"):
+        sgl_kernel.segment_packbits(np.ones(1, bool), np.array([0, 1]), np.array([0, 1]),
+                                    np.zeros(1, np.uint8), 1, backend="rtl")
+    with pytest.raises(ValueError, match="`backend` must be one of golden, rtl"):
+        sgl_kernel.verify_tree_greedy(**case, backend="card")
+
+
+class Copying:
+    """An ``__array__`` object whose array is a new copy each time."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __array__(self, dtype=None, copy=None):
+        return self.array.copy()
+
+
+def test_array_like_inputs_and_copying_outputs():
+    case = greedy_case(2)
+    ref = golden_greedy(case)
+    as_objects = {**case, "candidates": Copying(case["candidates"])}
+    sgl_kernel.verify_tree_greedy(**as_objects)
+    assert_outputs(case, ref)
+    with pytest.raises(ValueError, match="`predicts` is an output, but its __array__"):
+        host_array("predicts", Copying(case["predicts"]), writable=True)
+
+
+# --- torch (slow tier) --------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_torch_cpu_tensors_are_written_in_place():
+    torch = pytest.importorskip("torch")
+    case = sampling_case(9)
+    ref, ref_draft = golden_sampling(case)
+    tensors = {k: torch.from_numpy(v.copy()) for k, v in case.items()}
+    tensors["candidates"] = tensors["candidates"].to(torch.int32)
+    draft = torch.empty_like(tensors["target_probs"]).fill_(float("nan"))
+    sgl_kernel.tree_speculative_sampling_target_only(**respelled(tensors), draft_probs=draft)
+    for name in TREE_OUTPUTS:
+        assert tensors[name].dtype == torch.int32
+        assert_bits(tensors[name].numpy(), ref[name])
+    assert_bits(draft.numpy(), ref_draft)
+
+
+@pytest.mark.slow
+def test_torch_build_tree_and_greedy():
+    torch = pytest.importorskip("torch")
+    ref = tree_buffers(2)
+    golden.build_tree_kernel_efficient(*tree_inputs(np.int64).values(), *ref.values(), 2, 3, 5,
+                                       2)
+    got = {k: torch.from_numpy(v) for k, v in tree_buffers(2).items()}
+    inputs = {k: torch.from_numpy(v) for k, v in tree_inputs(np.int32).items()}
+    sgl_kernel.build_tree_kernel_efficient(**inputs, **respelled(got), topk=2, depth=3,
+                                           draft_token_num=5, tree_mask_mode=2)
+    for name, value in ref.items():
+        assert got[name].numpy().tolist() == value.tolist()
+    case = greedy_case(4)
+    greedy_ref = golden_greedy(case)
+    tensors = {k: torch.from_numpy(v) for k, v in case.items()}
+    sgl_kernel.verify_tree_greedy(*tensors.values())
+    for name in TREE_OUTPUTS:
+        assert tensors[name].numpy().tolist() == greedy_ref[name].tolist()
