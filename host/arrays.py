@@ -27,7 +27,7 @@ import numpy as np
 from .checks import check_array
 
 __all__ = ["Output", "commit", "exact_input", "host_array", "int_input", "is_torch_tensor",
-           "output"]
+           "mask_input", "output"]
 
 
 def is_torch_tensor(value) -> bool:
@@ -90,6 +90,13 @@ def int_input(name, value, dtype=np.int64) -> np.ndarray:
     return array
 
 
+def mask_input(name, value) -> np.ndarray:
+    """A bool mask given as bool or as uint8 bytes (0 false, anything else true), as bool."""
+    array, _ = host_array(name, value)
+    _gate(name, array, np.uint8 if array.dtype == np.uint8 else np.bool_)
+    return array.astype(np.bool_, copy=False)
+
+
 def exact_input(name, value, dtype) -> np.ndarray:
     """An input of exactly ``dtype`` (float32 probabilities and coins, bool bits: no silent
     rounding or casting of other dtypes)."""
@@ -102,11 +109,11 @@ class Output:
     when it is a host array of the golden's dtype, C-contiguous and writable; otherwise a
     working copy), :func:`commit` brings it into the caller's memory."""
 
-    def __init__(self, name, value, kind, dtype=None, *, fresh=False):
+    def __init__(self, name, value, kind, dtype=None, *, fill=None):
         """``kind``: the gate's dtype (a numpy dtype, ``"integer"``, or ``"bool_or_integer"``:
-        bool, else any integer dtype); ``dtype``: the
-        golden's dtype (None: the caller's); ``fresh``: the golden gets a zero-filled array
-        (the caller's contents are not read, every element is written back)."""
+        bool, else any integer dtype); ``dtype``: the golden's dtype (None: the caller's);
+        ``fill``: the golden gets an array filled with this value instead of the caller's
+        contents (which are not read; every element is written back)."""
         self.name = name
         self.array, self.copy_back = host_array(name, value, writable=True)
         if kind == "bool_or_integer":
@@ -115,8 +122,8 @@ class Output:
         if not self.array.flags.writeable:
             raise ValueError(f"`{name}` must be writable (outputs are written in place)")
         dtype = self.array.dtype if dtype is None else np.dtype(dtype)
-        if fresh:
-            self.work = np.zeros(self.array.shape, dtype)
+        if fill is not None:
+            self.work = np.full(self.array.shape, fill, dtype)
         elif self.array.dtype == dtype and self.array.flags.c_contiguous:
             self.work = self.array
         else:
@@ -139,9 +146,9 @@ class Output:
             self.copy_back()
 
 
-def output(name, value, kind, dtype=None, *, fresh=False) -> Output:
+def output(name, value, kind, dtype=None, *, fill=None) -> Output:
     """An :class:`Output` for ``value`` (see there)."""
-    return Output(name, value, kind, dtype, fresh=fresh)
+    return Output(name, value, kind, dtype, fill=fill)
 
 
 def commit(*outputs: Output) -> None:

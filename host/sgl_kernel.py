@@ -26,10 +26,11 @@ import numpy as np
 
 import golden
 
-from .arrays import commit, exact_input, int_input, output
+from .arrays import commit, exact_input, int_input, mask_input, output
 from .checks import check_choice, check_integer
 
-__all__ = ["BACKENDS", "RTL_MISSING", "build_tree_kernel_efficient", "segment_packbits",
+__all__ = ["BACKENDS", "RTL_MISSING", "build_tree_kernel_efficient",
+           "reconstruct_indices_from_tree_mask", "segment_packbits",
            "tree_speculative_sampling_target_only", "verify_tree_greedy"]
 
 BACKENDS = ("golden", "rtl")
@@ -43,6 +44,8 @@ RTL_MISSING = {
     "greedy-by-argmax mode over caller-given target_predict",
     "build_tree_kernel_efficient": "the engine builds the verify tree from its own draft "
     "round; a command that builds it from a caller's parent_list/selected_index is missing",
+    "reconstruct_indices_from_tree_mask": "the engine builds the verify tree from its own "
+    "draft round; a command that takes a caller's tree mask is missing",
     "segment_packbits": "the hardware has no segment_packbits kernel (its mask is packed by "
     "the verify-tree build itself)",
 }
@@ -158,7 +161,7 @@ def tree_speculative_sampling_target_only(
         draft_work = np.zeros(target.shape, np.float32)
         draft_outs = ()
     else:
-        draft = output("draft_probs", draft_probs, np.float32, fresh=True)
+        draft = output("draft_probs", draft_probs, np.float32, fill=0.0)
         draft_work, draft_outs = draft.work, (draft,)
     golden.tree_speculative_sampling_target_only(
         *(out.work for out in outs), *tree, coins, coin_final, target, draft_work,
@@ -283,3 +286,87 @@ def _segments(bits, starts, ends, y, count):
                              f"{(hi - lo + 7) // 8}")
         segments.append(((lo, hi), (out_lo, out_hi)))
     return segments
+
+
+def _mask_parents(tree, b):
+    """Parent position of each position of request ``b``'s ``[n, n]`` tree mask, as the CUDA
+    kernel reads it: the last true column before the diagonal (-1 for position 0). A row
+    i >= 1 with no true column before i is refused (it has no root)."""
+    n = tree.shape[0]
+    parents = np.full(n, -1, np.int64)
+    for i in range(1, n):
+        before = np.flatnonzero(tree[i, :i])
+        if before.size == 0:
+            raise ValueError(f"`tree_mask`: request {b}, row {i} has no true column before "
+                             "its own (column 0, the root, must be true)")
+        parents[i] = before[-1]
+    return parents
+
+
+def _sglang_tree_encoding(parents):
+    """``(parent_list, selected_index)`` of ``build_tree_kernel_efficient`` with ``topk = n``,
+    ``depth = 2`` that describe the tree ``parents`` (position p's parent, p >= 1): position
+    i is flat ``score_list`` index ``i`` under the root, else ``p*n + i`` (block p, whose
+    parent entry is position p's index)."""
+    n = parents.size
+    codes = np.array([i if parents[i] <= 0 else parents[i] * n + i for i in range(n)],
+                     np.int64)
+    parent_list = np.full(n + 1, -1, np.int64)
+    parent_list[1:n] = codes[1:]
+    return parent_list, codes[1:]
+
+
+@_both_spellings
+def reconstruct_indices_from_tree_mask(
+    tree_mask,
+    verified_seq_len,
+    positions,
+    retrive_index,
+    retrive_next_token,
+    retrive_next_sibling,
+    batch_size,
+    draft_token_num,
+    *,
+    backend="golden",
+) -> None:
+    """sgl-kernel ``reconstruct_indices_from_tree_mask``, in place: the positions and
+    retrieve arrays of the trees given as ``[batch_size, n, n]`` masks (``n =
+    draft_token_num``; bool, or uint8 bytes).
+
+    Each row's parent is the last true column before its diagonal (as the CUDA kernel reads
+    it); the op then runs :func:`golden.build_tree_kernel_efficient` on that tree (encoded as
+    ``topk = n``, ``depth = 2``) and writes its outputs: ``positions = seq_len + depth``,
+    ``retrive_index = b*n + i``, first child and next sibling in ascending position, -1 for
+    none (every element written). Strict where the CUDA kernel is not: the mask must be
+    exactly the tree's (row i true at i, the root and every ancestor, nothing else), or the op
+    raises ``ValueError`` before writing anything. Integer arrays int32 or int64.
+    """
+    _run_on("reconstruct_indices_from_tree_mask", backend)
+    count = check_integer("batch_size", batch_size, 0)
+    n = check_integer("draft_token_num", draft_token_num, 1)
+    bits = mask_input("tree_mask", tree_mask)
+    if bits.size != count * n * n:
+        raise ValueError(f"`tree_mask` must have `batch_size` * `draft_token_num`**2 = "
+                         f"{count * n * n} elements, not {bits.size}")
+    seq_lens = int_input("verified_seq_len", verified_seq_len)
+    if seq_lens.size != count:
+        raise ValueError(f"`verified_seq_len` must have `batch_size` = {count} elements, not "
+                         f"{seq_lens.size}")
+    outs = (output("positions", positions, "integer", np.int64, fill=0),
+            output("retrive_index", retrive_index, "integer", np.int64, fill=-1),
+            output("retrive_next_token", retrive_next_token, "integer", np.int64, fill=-1),
+            output("retrive_next_sibling", retrive_next_sibling, "integer", np.int64, fill=-1))
+    trees = bits.reshape(count, n, n)
+    encoded = [_sglang_tree_encoding(_mask_parents(trees[b], b)) for b in range(count)]
+    parent_list = np.array([e[0] for e in encoded], np.int64).reshape(count, n + 1)
+    selected = np.array([e[1] for e in encoded], np.int64).reshape(count, n - 1)
+    rebuilt = np.zeros(count * n * n, np.bool_)
+    golden.build_tree_kernel_efficient(
+        parent_list, selected, seq_lens, rebuilt, *(out.work for out in outs), n, 2, n,
+        golden.TreeMaskMode.QLEN_ONLY)
+    wrong = np.flatnonzero((rebuilt != bits.reshape(-1)).reshape(count * n, n).any(axis=1))
+    if wrong.size:
+        b, row = divmod(int(wrong[0]), n)
+        raise ValueError(f"`tree_mask`: request {b}, row {row} is not its tree's ancestor row "
+                         "(true at the row itself, the root and every ancestor only)")
+    commit(*outs)

@@ -277,6 +277,94 @@ def test_build_tree_equals_golden(mode, dtype, form):
     assert got["positions"][:5].tolist() == [3, 4, 4, 5, 6]
 
 
+# --- reconstruct_indices_from_tree_mask ---------------------------------------------------------
+
+
+def cuda_reconstruct(mask, seq_lens, n):
+    """sgl-kernel's reconstructIndicesFromTreeMask loop, literally (one thread per position)."""
+    bs = len(seq_lens)
+    tree = mask.reshape(bs, n, n)
+    pos, ridx = np.zeros(bs * n, np.int64), np.zeros((bs, n), np.int64)
+    nxt, sib = np.full((bs, n), -1, np.int64), np.full((bs, n), -1, np.int64)
+    for b in range(bs):
+        for t in range(n):
+            depth, parent = 0, -1
+            for i in range(t - 1, -1, -1):
+                if tree[b, t, i]:
+                    depth += 1
+                    parent = i if parent == -1 else parent
+            ridx[b, t], pos[b * n + t] = b * n + t, depth + seq_lens[b]
+            nxt[b, t] = next((i for i in range(t + 1, n) if tree[b, i, t]), -1)
+            if parent != -1:
+                sib[b, t] = next((i for i in range(t + 1, n) if tree[b, i, parent]
+                                  and not tree[b, i, parent + 1:i].any()), -1)
+    return {"positions": pos, "retrive_index": ridx, "retrive_next_token": nxt,
+            "retrive_next_sibling": sib}
+
+
+def random_masks(seed, bs, n):
+    """``[bs*n*n]`` bool masks of random trees (parents at lower positions)."""
+    rng = np.random.default_rng(seed)
+    rows = np.zeros((bs, n, n), bool)
+    for b in range(bs):
+        for i in range(n):
+            parent = int(rng.integers(0, i)) if i else None
+            rows[b, i] = rows[b, parent] if i else False
+            rows[b, i, i] = True
+    return rows.reshape(-1)
+
+
+def garbage_outputs(bs, n, dtype):
+    """Outputs holding values the op must overwrite."""
+    return {"positions": np.full(bs * n, 99, dtype),
+            "retrive_index": np.full((bs, n), 99, dtype),
+            "retrive_next_token": np.full((bs, n), 99, dtype),
+            "retrive_next_sibling": np.full((bs, n), 99, dtype)}
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_reconstruct_equals_the_cuda_loop(seed, dtype):
+    bs, n = 3, 7
+    mask = random_masks(seed, bs, n)
+    seq_lens = np.array([5, 0, 12], dtype)
+    got = garbage_outputs(bs, n, dtype)
+    spelled = got if seed % 2 else respelled(got)
+    sgl_kernel.reconstruct_indices_from_tree_mask(
+        tree_mask=mask.astype(np.uint8) if seed == 2 else mask, verified_seq_len=seq_lens,
+        **spelled, batch_size=bs, draft_token_num=n)
+    for name, value in cuda_reconstruct(mask, seq_lens, n).items():
+        assert got[name].dtype == dtype
+        assert got[name].tolist() == value.tolist()
+
+
+def test_reconstruct_inverts_build_tree():
+    ref = tree_buffers(1)
+    golden.build_tree_kernel_efficient(*tree_inputs(np.int64).values(), *ref.values(), 2, 3, 5,
+                                       1)
+    got = garbage_outputs(2, 5, np.int64)
+    sgl_kernel.reconstruct_indices_from_tree_mask(ref["tree_mask"], np.array(SEQ_LENS),
+                                                  *got.values(), 2, 5)
+    for name, value in got.items():
+        assert value.tolist() == ref[name].tolist()
+
+
+def test_reconstruct_refuses_a_mask_that_is_no_tree():
+    chain = np.tril(np.ones((5, 5), bool))
+    gap = chain.copy()
+    gap[4, 2] = False  # row 4 skips an ancestor: the CUDA kernel would miscount its depth
+    rootless = chain.copy()
+    rootless[3, :3] = False
+    for tree, match in ((gap, "request 1, row 4 is not its tree's ancestor row"),
+                        (rootless, "request 1, row 3 has no true column before its own")):
+        got = garbage_outputs(2, 5, np.int64)
+        with pytest.raises(ValueError, match=match):
+            sgl_kernel.reconstruct_indices_from_tree_mask(
+                np.concatenate([chain, tree]).reshape(-1), np.zeros(2, np.int64),
+                *got.values(), 2, 5)
+        assert all((value == 99).all() for value in got.values())
+
+
 # --- segment_packbits ---------------------------------------------------------------------------
 
 
