@@ -57,19 +57,19 @@ def test_progress_line_without_a_terminal():
     """In a log (not a terminal) the line is drawn once at once (then once a minute) and
     ends with the time taken; a block shorter than ``quiet_s`` draws nothing."""
     stream = io.StringIO()
-    with demo.BuildProgress("model", 8, stream=stream, quiet_s=0) as progress:
+    with demo.BuildProgress("model", (3, 8), stream=stream, quiet_s=0) as progress:
         deadline = 100
         while "elapsed" not in stream.getvalue() and deadline:
             deadline -= 1
             time.sleep(0.05)
         progress.log("building it")
     lines = stream.getvalue().splitlines()
-    assert lines[0] == ("model: 0:00 elapsed (about 8 min the first time on 2 busy cores; "
-                        "cached after)")
+    assert lines[0] == ("model: 0:00 elapsed (the first time about 3 to 8 min on 2 shared "
+                        "cores; cached after)")
     assert lines[1] == "building it"
     assert lines[2].startswith("model: ready after 0.0 min")
     quiet = io.StringIO()
-    with demo.BuildProgress("model", 8, stream=quiet, quiet_s=5):
+    with demo.BuildProgress("model", (3, 8), stream=quiet, quiet_s=5):
         pass
     assert quiet.getvalue() == ""
 
