@@ -15,9 +15,9 @@ Accepted arrays:
   its array shares memory from call to call (otherwise writes could not land).
 
 Integer arguments take int32 or int64 (any integer dtype) and are handed to the golden in the
-dtype it demands: inputs converted (a copy where the dtype differs), outputs computed into a
-working array of the golden's dtype and written back after the op succeeded, values checked
-to fit the caller's dtype first. So an op that raises leaves every output as it was.
+dtype it demands: inputs converted (a copy where the dtype differs). Every output is computed
+into a working copy of the golden's dtype and written back after the op succeeded, all values
+checked to fit the caller's dtypes first. So an op that raises leaves every output as it was.
 """
 
 from __future__ import annotations
@@ -61,7 +61,11 @@ def host_array(name, value, *, writable=False):
     if is_torch_tensor(value):
         return _torch_array(value)
     if hasattr(value, "__dlpack__"):
-        return np.from_dlpack(value), None
+        try:
+            return np.from_dlpack(value), None
+        except (BufferError, RuntimeError, TypeError) as error:
+            raise ValueError(f"`{name}` cannot be read through __dlpack__ ({error}): pass a "
+                             "numpy array or a torch tensor") from error
     if hasattr(value, "__array__"):
         array = np.asarray(value)
         if writable and not np.shares_memory(array, np.asarray(value)):
@@ -105,9 +109,9 @@ def exact_input(name, value, dtype) -> np.ndarray:
 
 
 class Output:
-    """One output argument: ``work`` is the array the golden writes (the caller's own memory
-    when it is a host array of the golden's dtype, C-contiguous and writable; otherwise a
-    working copy), :func:`commit` brings it into the caller's memory."""
+    """One output argument: ``work`` is the array the golden writes, always a working copy
+    (C-contiguous, the golden's dtype), so that no output is touched until every output of
+    the call is known to fit; :func:`commit` brings it into the caller's memory."""
 
     def __init__(self, name, value, kind, dtype=None, *, fill=None):
         """``kind``: the gate's dtype (a numpy dtype, ``"integer"``, or ``"bool_or_integer"``:
@@ -124,14 +128,12 @@ class Output:
         dtype = self.array.dtype if dtype is None else np.dtype(dtype)
         if fill is not None:
             self.work = np.full(self.array.shape, fill, dtype)
-        elif self.array.dtype == dtype and self.array.flags.c_contiguous:
-            self.work = self.array
         else:
-            self.work = np.ascontiguousarray(self.array, dtype=dtype)
+            self.work = np.array(self.array, dtype=dtype, order="C")  # always a copy
 
     def check_fits(self) -> None:
         """Raise ``ValueError`` if ``work`` holds a value the caller's dtype cannot."""
-        if self.work is self.array or self.array.dtype.kind not in "iu" or not self.work.size:
+        if self.array.dtype.kind not in "iu" or not self.work.size:
             return
         info = np.iinfo(self.array.dtype)
         if self.work.min() < info.min or self.work.max() > info.max:
@@ -140,8 +142,7 @@ class Output:
 
     def write(self) -> None:
         """Copy ``work`` into the caller's array (and on to its device)."""
-        if self.work is not self.array:
-            self.array[...] = self.work
+        self.array[...] = self.work
         if self.copy_back is not None:
             self.copy_back()
 

@@ -365,6 +365,28 @@ def test_reconstruct_refuses_a_mask_that_is_no_tree():
         assert all((value == 99).all() for value in got.values())
 
 
+def test_outputs_too_narrow_for_the_values_are_refused_unwritten():
+    got = tree_buffers(1, dtype=np.int8)
+    got["positions"] = np.full(10, 5, np.int8)
+    inputs = {**tree_inputs(np.int64), "verified_seq_len": np.array([3, 126])}
+    with pytest.raises(ValueError, match="`positions` received values outside its dtype int8"):
+        sgl_kernel.build_tree_kernel_efficient(*inputs.values(), *got.values(), 2, 3, 5, 1)
+    assert got["positions"].tolist() == [5] * 10
+    assert (got["retrive_next_token"] == -1).all() and got["tree_mask"].all()
+
+
+def test_strided_outputs_are_written_through():
+    ref = tree_buffers(1)
+    golden.build_tree_kernel_efficient(*tree_inputs(np.int64).values(), *ref.values(), 2, 3, 5,
+                                       1)
+    wide = np.full((2, 10), -1, np.int64)
+    got = {**tree_buffers(1), "retrive_next_token": wide[:, ::2]}  # a strided view
+    sgl_kernel.build_tree_kernel_efficient(*tree_inputs(np.int64).values(), *got.values(), 2,
+                                           3, 5, 1)
+    assert wide[:, ::2].tolist() == ref["retrive_next_token"].tolist()
+    assert (wide[:, 1::2] == -1).all()
+
+
 # --- segment_packbits ---------------------------------------------------------------------------
 
 
