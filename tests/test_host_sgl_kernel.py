@@ -485,3 +485,22 @@ def test_torch_build_tree_and_greedy():
     sgl_kernel.verify_tree_greedy(*tensors.values())
     for name in TREE_OUTPUTS:
         assert tensors[name].numpy().tolist() == greedy_ref[name].tolist()
+
+
+@pytest.mark.slow
+def test_torch_reconstruct_and_segment_packbits():
+    torch = pytest.importorskip("torch")
+    mask = random_masks(4, 2, 6)
+    seq_lens = np.array([2, 9])
+    got = {k: torch.from_numpy(v) for k, v in garbage_outputs(2, 6, np.int64).items()}
+    sgl_kernel.reconstruct_indices_from_tree_mask(
+        torch.from_numpy(mask), torch.from_numpy(seq_lens).to(torch.int32), **respelled(got),
+        batch_size=2, draft_token_num=6)
+    for name, value in cuda_reconstruct(mask, seq_lens, 6).items():
+        assert got[name].numpy().tolist() == value.tolist()
+    y = torch.zeros(4, dtype=torch.uint8)
+    sgl_kernel.segment_packbits(torch.from_numpy(mask[:18]), torch.tensor([0, 9, 18],
+                                dtype=torch.int32), torch.tensor([0, 2, 4], dtype=torch.int32),
+                                y, 2)
+    expected = [golden.pack_tree_mask(mask[i:i + 9]) for i in (0, 9)]
+    assert y.numpy().tolist() == np.concatenate(expected).tolist()
