@@ -193,9 +193,10 @@ def run_batch(rtl: Engine, batch: int, rounds: int, seed: int, temperature: floa
     same = []
 
     def show(_, result):
-        golden = golden_rounds[len(same)]
-        same.append(same_round(result.tree, golden.tree)
-                    and same_round(result.verify, golden.verify))
+        golden = golden_rounds[len(same)] if len(same) < len(golden_rounds) else None
+        same.append(golden is not None and all(
+            same_round(getattr(result, part), getattr(golden, part))
+            for part in ("draft", "tree", "verify")))
         out(round_line(len(same), result, same[-1], clocks))
 
     started = time.monotonic()
@@ -212,7 +213,8 @@ def run_batch(rtl: Engine, batch: int, rounds: int, seed: int, temperature: floa
 
 
 def main(argv=None) -> int:
-    """Run the demo; returns the exit status (1 when rtl and golden differ)."""
+    """Run the demo; returns the exit status (1 when rtl and golden differ, 2 for bad
+    arguments or a failed model build)."""
     parser = argparse.ArgumentParser(prog="python -m host.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=4, help="rounds per batch (default 4)")
@@ -238,9 +240,14 @@ def main(argv=None) -> int:
           + (f"{found[0]:g} MHz (the clock the V80 netlist meets, {found[1]})" if found else
              "the netlist's clock: n/a (no reports/cycle_budget.json or timing_proxy.md)"),
           flush=True)
-    with BuildProgress("engine model (elaborate, verilate, compile)",
-                       EXPECTED_BUILD_MINUTES) as progress:
-        _engine("rtl", args.rounds, args.seed, log=progress.log)  # built once, cached
+    try:
+        with BuildProgress("engine model (elaborate, verilate, compile)",
+                           EXPECTED_BUILD_MINUTES) as progress:
+            _engine("rtl", args.rounds, args.seed, log=progress.log)  # built once, cached
+    except RuntimeError as error:  # sim.harness.SimulationError: the log's path in it
+        print(f"python -m host.demo: the engine's model did not build: {error}",
+              file=sys.stderr)
+        return 2
     same = True
     for batch in args.batches:
         print(f"B = {batch}, {args.rounds} rounds:", flush=True)

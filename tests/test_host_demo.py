@@ -132,3 +132,17 @@ def test_make_targets(target, command):
     assert done.returncode == 0, done.stderr
     assert any(line.endswith(command) or f"{command} " in line
                for line in done.stdout.splitlines()), done.stdout
+
+
+def test_failed_build_exits_2(monkeypatch, capsys):
+    """A model that does not build ends the demo with one line naming the error (its log)."""
+    from sim.harness import SimulationError
+
+    def broken(backend, rounds, seed, *, log=None):
+        raise SimulationError("Verilated library of top: `make` failed; see build.log")
+
+    monkeypatch.setattr(demo, "_engine", broken)
+    assert demo.main(["--rounds", "1"]) == 2
+    assert capsys.readouterr().err == ("python -m host.demo: the engine's model did not build: "
+                                       "Verilated library of top: `make` failed; see "
+                                       "build.log\n")
