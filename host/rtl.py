@@ -66,20 +66,6 @@ def engine_parameters(config: EngineConfig, *, pool_rows: int, context_len: int)
         logit_port_bits=LOGIT_PORT_BITS, logit_format="float32")
 
 
-def _memory_bytes(params, rows: int, context: int, vocab: int) -> int:
-    """Card memory for ``EngineHost``'s arrays (and their alignment), with room to spare."""
-    p = params
-    b, v, s = p.max_batch, p.max_verify_num, p.max_steps
-    pitch = -(-vocab * 4 // (p.logit_port_bits // 8)) * (p.logit_port_bits // 8)
-    words = (rows * context + b * p.argument_words + 2 * b * p.max_candidates
-             + b * p.max_tree_width * p.frontier_words + b * v + b * v * p.tree_words
-             + -(-b * v * (context + v) // 4) + 3 * (b + 1) + b * (context + v)
-             + b * (p.verify_request_words + v)
-             + b * (p.verify_result_words + s + v + -(-v // 32)) + b * s
-             + 4 + 6 * p.max_node_count + 2 * v + p.node_top_k)
-    return 4 * words + b * v * pitch + 64 * 1024
-
-
 @dataclass
 class _Round:
     """What the backend keeps of the round in flight to decode the engine's records."""
@@ -124,10 +110,7 @@ class RtlBackend(Backend):
     def __init__(self, config: EngineConfig, req_to_token: np.ndarray, *, hot_token_id=None,
                  memory_latency: int = 4, watchdog_cycles: int = 0,
                  timeout_cycles: int | None = None, log=None):
-        from hw.dataflow.engine import EngineParams, counter_layout
-        from sim.dataflow.host import EngineHost
-        from sim.dataflow.memory import CardMemory
-        from sim.payload import layout_fields, pack
+        from hw.dataflow.engine import EngineParams
         from sim.verilated import Model
 
         if hot_token_id is not None:
@@ -153,7 +136,6 @@ class RtlBackend(Backend):
         self.timeout_cycles = (watchdog_cycles or self.params.watchdog_cycles) + 1024 \
             if timeout_cycles is None else timeout_cycles
         self._memory_latency = memory_latency
-        self._parts = (EngineHost, CardMemory, layout_fields, pack, counter_layout)
         self._rounds = []  # the commands that made the state of the slots: see ``restore``
         self._replaying = False
         self._before = None  # the table before the last begin_round
@@ -161,11 +143,15 @@ class RtlBackend(Backend):
 
     def _start(self, table: np.ndarray):
         """A fresh card memory holding ``table``, the model reset and configured."""
-        EngineHost, CardMemory, layout_fields, pack, counter_layout = self._parts
+        from hw.dataflow.engine import counter_layout
+        from sim.dataflow.host import EngineHost, card_memory_bytes
+        from sim.dataflow.memory import CardMemory
+        from sim.payload import layout_fields, pack
+
         model, params, config = self.model, self.params, self.config
         rows, context = table.shape
         latency = self._memory_latency
-        self.memory = CardMemory(_memory_bytes(params, rows, context, config.vocab_size),
+        self.memory = CardMemory(card_memory_bytes(params, rows, context, config.vocab_size),
                                  latency=(latency, latency), stall=0.0)
         self.host = EngineHost(params, self.memory, table)
         port = dict(port_bits=params.port_bits, address_width=params.address_width)

@@ -8,12 +8,60 @@ import numpy as np
 from golden.engine import Status
 from hw.dataflow.engine import EngineParams, Opcode, StopReason
 
-__all__ = ["EngineHost", "STOP_REASONS", "run_beats"]
+__all__ = ["EngineHost", "STOP_REASONS", "run_beats", "card_regions", "card_memory_bytes",
+           "logits_words", "row_pitch"]
 
 #: ``completion.stop_reason`` -> the golden's ``stop_reason`` string.
 STOP_REASONS = {StopReason.NONE: "", StopReason.WIDTH_ZERO: "width_zero",
                 StopReason.DEPTHS: "depths", StopReason.NODE_BUDGET: "node_budget",
                 StopReason.INPUT_BUDGET: "input_budget"}
+
+
+def card_regions(params: EngineParams, rows: int, context: int) -> dict[str, int]:
+    """The arrays :class:`EngineHost` places in card memory, in order: name -> 32-bit words
+    (the ``target_logits`` rows come after them, :func:`logits_words`)."""
+    p = params
+    b, v = p.max_batch, p.max_verify_num
+    return {
+        "req_to_token": rows * context,
+        "arguments": b * p.argument_words,
+        "probas": b * p.max_candidates,
+        "tokens": b * p.max_candidates,
+        "frontier": b * p.max_tree_width * p.frontier_words,
+        "verify_cache_locs": b * v,
+        "verify_tree": b * v * p.tree_words,
+        "tree_mask": -(-b * v * (context + v) // 4),
+        "indptrs": 3 * (b + 1),
+        "kv_indices": b * (context + v),
+        "verify_requests": b * (p.verify_request_words + v),
+        "verify_results": b * (p.verify_result_words + p.max_steps + v + -(-v // 32)),
+        "verified_id": b * p.max_steps,
+        "state": 4 + 6 * p.max_node_count + 2 * v + p.node_top_k,
+    }
+
+
+def row_pitch(params: EngineParams, vocab_size: int) -> int:
+    """Bytes between two ``target_logits`` rows: whole logits-port words."""
+    port_bytes = params.logit_port_bits // 8
+    element = 2 if params.logit_format == "bfloat16" else 4
+    return -(-vocab_size * element // port_bytes) * port_bytes
+
+
+def logits_words(params: EngineParams, vocab_size: int) -> int:
+    """Words of the ``target_logits`` rows: ``max_batch * max_verify_num`` rows of
+    :func:`row_pitch` bytes."""
+    return params.max_batch * params.max_verify_num * row_pitch(params, vocab_size) // 4
+
+
+def card_memory_bytes(params: EngineParams, rows: int, context: int, vocab_size: int) -> int:
+    """Bytes of card memory :class:`EngineHost` needs: every region of :func:`card_regions`
+    and the logits rows, each at its alignment (the memory's 64 bytes, a logits-port word)."""
+    port_bytes = params.logit_port_bits // 8
+    end = 0
+    for words in card_regions(params, rows, context).values():
+        end = -(-end // 64) * 64 + 4 * max(words, 1)
+    end = -(-end // port_bytes) * port_bytes
+    return end + 4 * logits_words(params, vocab_size)
 
 
 class EngineHost:
@@ -32,28 +80,20 @@ class EngineHost:
         self.memory = memory
         rows, context = req_to_token.shape
         self.table_shape = (rows, context)
-        self.table_address = memory.allocate("req_to_token", rows * context)
+        regions = card_regions(params, rows, context)
+        address = {name: memory.allocate(name, words) for name, words in regions.items()}
+        self.table_address = address["req_to_token"]
         memory.write_words(self.table_address, req_to_token.reshape(-1))
-        p = params
-        context = req_to_token.shape[1]
-        self.arguments = memory.allocate("arguments", p.max_batch * p.argument_words)
-        self.probas = memory.allocate("probas", p.max_batch * p.max_candidates)
-        self.tokens = memory.allocate("tokens", p.max_batch * p.max_candidates)
-        self.frontier = memory.allocate("frontier",
-                                        p.max_batch * p.max_tree_width * p.frontier_words)
-        v, b = p.max_verify_num, p.max_batch
-        self.verify_locs = memory.allocate("verify_cache_locs", b * v)
-        self.tree = memory.allocate("verify_tree", b * v * p.tree_words)
-        self.mask = memory.allocate("tree_mask", -(-b * v * (context + v) // 4))
-        self.indptrs = memory.allocate("indptrs", 3 * (b + 1))
-        self.kv_indices = memory.allocate("kv_indices", b * (context + v))
-        self.verify_requests = memory.allocate(
-            "verify_requests", b * (p.verify_request_words + v))
-        self.verify_results = memory.allocate("verify_results", b * (
-            p.verify_result_words + p.max_steps + v + -(-v // 32)))
-        self.verified_ids = memory.allocate("verified_id", b * p.max_steps)
+        self.arguments, self.probas, self.tokens = (
+            address[name] for name in ("arguments", "probas", "tokens"))
+        self.frontier, self.verify_locs, self.tree, self.mask = (
+            address[name] for name in ("frontier", "verify_cache_locs", "verify_tree",
+                                       "tree_mask"))
+        self.indptrs, self.kv_indices, self.verify_requests = (
+            address[name] for name in ("indptrs", "kv_indices", "verify_requests"))
+        self.verify_results, self.verified_ids, self.state = (
+            address[name] for name in ("verify_results", "verified_id", "state"))
         self.logits = None  # allocated by the first verify (its size follows V)
-        self.state = memory.allocate("state", 4 + 6 * p.max_node_count + 2 * v + p.node_top_k)
         self._tag = 0
         self._layouts = {}  # tag -> the runs of the command, by the stage that moves them
         self._round = None  # the requests of the last begin_round that passed (port_runs)
@@ -176,11 +216,8 @@ class EngineHost:
                              address4=self.kv_indices)
 
     def row_pitch(self, vocab_size):
-        """Bytes between two ``target_logits`` rows: whole logits-port words."""
-        p = self.params
-        port_bytes = p.logit_port_bits // 8
-        element = 2 if p.logit_format == "bfloat16" else 4
-        return -(-vocab_size * element // port_bytes) * port_bytes
+        """Bytes between two ``target_logits`` rows (:func:`row_pitch`)."""
+        return row_pitch(self.params, vocab_size)
 
     def verify(self, target_logits, temperatures, max_seq_lens, *, eos_token_id=-1,
                uniform_samples=None, uniform_samples_for_final_sampling=None, seeds=None,
@@ -191,9 +228,8 @@ class EngineHost:
         b, n, vocab = target_logits.shape
         pitch = self.row_pitch(vocab)
         if self.logits is None:
-            self.logits = self.memory.allocate(
-                "target_logits", p.max_batch * p.max_verify_num * pitch // 4,
-                align=p.logit_port_bits // 8)
+            self.logits = self.memory.allocate("target_logits", logits_words(p, vocab),
+                                               align=p.logit_port_bits // 8)
         rows = np.asarray(target_logits, np.float32).reshape(b * n, vocab).view(np.uint32)
         if p.logit_format == "bfloat16":  # the top halves (exact for bfloat16 values)
             rows = (rows >> 16).astype("<u2")
