@@ -7,6 +7,7 @@ from hw.kernels.update_state import Region
 from hw.lib.params import index_bits
 
 from .commands import ONE_BITS, ROOT_SCORE_BITS, Phase, Status, StopReason
+from .records import ARGUMENT, FRONTIER
 from .runs import TABLE_READY, copy_words
 
 __all__ = ["begin_round_states", "draft_depth_states", "save_round"]
@@ -28,23 +29,25 @@ def begin_round_states(m, c):
             m.next = "BEGIN_READ"
 
     with m.State("BEGIN_READ"):
-        # Record b, word i: slot, root token, seq_len, pool row, then the KV slots.
+        # Record b, word i: the fixed fields (ARGUMENT), then the KV slots.
+        fixed = ARGUMENT.size
         m.d.comb += c.words.ready.eq(1)
         value = c.words.payload
         with m.If(c.words_taken):
             m.d.sync += c.i.eq(Mux(c.i == c.R - 1, 0, c.i + 1))
-            with m.If(c.i < 4):
-                m.d.sync += c.record.word_select(c.i[:2], 32).eq(value)
+            with m.If(c.i < fixed):
+                m.d.sync += c.record.as_value().word_select(
+                    c.i[:index_bits(fixed)], 32).eq(value)
             with m.Else():
-                m.d.comb += [c.kv_wr.addr.eq(c.kv_row(c.b, c.i - 4, new=True)),
+                m.d.comb += [c.kv_wr.addr.eq(c.kv_row(c.b, c.i - fixed, new=True)),
                              c.kv_wr.data.eq(value), c.kv_wr.en.eq(1)]
             with m.If(c.i == c.R - 1):
                 m.d.sync += c.b.eq(c.b + 1)
-            with m.If(c.i == 4):  # the first four words are in: check and store them
-                slot_v = c.record.word_select(0, 32)
-                root_v = c.record.word_select(1, 32)
-                seq_v = c.record.word_select(2, 32)
-                pool_v = c.record.word_select(3, 32)
+            with m.If(c.i == fixed):  # the fixed words are in: check and store them
+                slot_v = c.record.slot
+                root_v = c.record.root_token
+                seq_v = c.record.seq_len
+                pool_v = c.record.req_pool_index
                 in_range = slot_v < c.MAXB
                 with m.If(~in_range | (c.slot_seen.bit_select(slot_v[:index_bits(c.MAXB)], 1)
                                        & in_range)):
@@ -454,8 +457,10 @@ def draft_depth_states(m, c):
                                      | (Const(1, c.MI + 1) << (old + c.j)))]
             cache = Array(c.cache_rd.data[k] for k in range(c.K))
             parents = Array(c.parent_rd.data[k] for k in range(c.K))
-            record_words = Array([c.out_node.tok, parents[c.j], cache[c.j],
-                                  c.seq_rd.data + c.depth, c.kv_rd.data]
+            fields = {"token": c.out_node.tok, "parent_index": parents[c.j],
+                      "node_id": cache[c.j], "position": c.seq_rd.data + c.depth,
+                      "kv_slot": c.kv_rd.data}
+            record_words = Array(FRONTIER.in_order(fields)
                                  + [mask_row.word_select(x, 32)
                                     if c.MI > 32 * x else Const(0, 32)
                                     for x in range(c.p.mask_words)])

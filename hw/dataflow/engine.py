@@ -52,6 +52,7 @@ from .memory_ports import (
     write_port_signature,
 )
 from .read_state import read_state_states
+from .records import ARGUMENT, FRONTIER, REQUEST, RESULT, TREE
 from .runs import table_address
 from .verify_states import build_verify_states, verify_states
 
@@ -139,10 +140,10 @@ class EngineParams(ParameterRecord):
         """Largest ``S``: depths run + 1."""
         return max(2, self.max_depths + 1)
 
-    #: Header words of a verify request record (temperature, top_k, top_p, seed or final
-    #: coin, max_seq_len; then its ``n`` coins) and of a verify result record.
-    verify_request_words = 5
-    verify_result_words = 10
+    #: Fixed words of a verify request record (``records.REQUEST``; then its ``n`` coins) and
+    #: of a verify result record (``records.RESULT``; then its rows).
+    verify_request_words = REQUEST.size
+    verify_result_words = RESULT.size
 
     @cached_property
     def k3(self) -> WorkDeltasParams:
@@ -161,9 +162,9 @@ class EngineParams(ParameterRecord):
 
     @property
     def argument_words(self) -> int:
-        """Words of one ``begin_round`` argument record: slot, root token, sequence length,
-        ``req_to_token`` row, then the ``MI + 1`` draft KV slots."""
-        return 4 + self.kv_slots
+        """Words of one ``begin_round`` argument record (``records.ARGUMENT``): its fixed
+        fields, then the ``MI + 1`` draft KV slots."""
+        return ARGUMENT.size + self.kv_slots
 
     @property
     def mask_words(self) -> int:
@@ -172,13 +173,12 @@ class EngineParams(ParameterRecord):
 
     @property
     def frontier_words(self) -> int:
-        """Words of one frontier record: token, parent index, node id, position, KV slot,
-        then the mask row."""
-        return 5 + self.mask_words
+        """Words of one frontier record (``records.FRONTIER``): its fixed fields, then the
+        mask row."""
+        return FRONTIER.size + self.mask_words
 
-    #: Words of one verify-tree record: ``retrive_index``, ``retrive_next_token``,
-    #: ``retrive_next_sibling``, ``position``, ``draft_token``.
-    tree_words = 5
+    #: Words of one verify-tree record (``records.TREE``).
+    tree_words = TREE.size
 
     @property
     def max_run_words(self) -> int:
@@ -444,7 +444,7 @@ class PersistentEngine(wiring.Component):
         slot_seen = Signal(MAXB)
         bad_slot = Signal()
         bad_argument = Signal()
-        record = Signal(4 * 32)  # slot, root token, seq_len, pool of the record being read
+        record = Signal(ARGUMENT.layout)  # the fixed words of the argument record being read
         probas = Array(Signal(32, name=f"proba{t}") for t in range(NM))
         parent_scores = Array(Signal(32, name=f"parent_score{w}") for w in range(WM))
         result = Signal(k1.result_layout)

@@ -1,9 +1,9 @@
 """The engine's ``read_state`` command as states of its sequencer
 (``hw.dataflow.engine.PersistentEngine``): one slot's state out to memory, for debugging and replay.
 
-The state record (docs/engine.md, "Memory formats"): phase, ``seq_len``, ``req_pool_index``
-(-1 for a slot no round has used), ``cumu_count``; then the ``cumu_count`` valid nodes of the
-slot's tree (token, score, delta, prev, next, side: 6 words each, read out of K2), its
+The state record (``records.STATE``; docs/engine.md, "Memory formats"): phase, ``seq_len``,
+``req_pool_index`` (-1 for a slot no round has used), ``cumu_count``; then the ``cumu_count``
+valid nodes of the slot's tree (``records.NODE``, read out of K2), its
 ``MAXV`` ``sort_scores`` and ``MAXV + K`` ``work_scores``. A slot in the round in flight reports
 that round; any other slot what its last round left.
 """
@@ -13,11 +13,9 @@ from amaranth.hdl import Array, Mux, Signal
 from hw.kernels.update_state import Region
 
 from .commands import Phase, Status
+from .records import NODE, STATE
 
-__all__ = ["read_state_states", "NODE_WORDS", "HEADER_WORDS"]
-
-HEADER_WORDS = 4
-NODE_WORDS = 6
+__all__ = ["read_state_states"]
 
 
 def read_state_states(m, c):
@@ -52,23 +50,24 @@ def read_state_states(m, c):
                      c.pool_rd.addr.eq(c.row(c.slot_row_rd.data))]
         info = c.info_rd.data
         used = current | saved
-        header = Array([
-            Mux(current, c.phase, Mux(saved, info.phase, Phase.IDLE)),
-            Mux(current, c.seq_rd.data, Mux(saved, info.seq_len, 0)),
-            Mux(current, c.pool_rd.data, Mux(saved, info.pool, -1)),
-            Mux(current, c.cumu_count, Mux(saved, info.cumu_count, 0))])
+        header = Array(STATE.in_order({
+            "phase": Mux(current, c.phase, Mux(saved, info.phase, Phase.IDLE)),
+            "seq_len": Mux(current, c.seq_rd.data, Mux(saved, info.seq_len, 0)),
+            "req_pool_index": Mux(current, c.pool_rd.data, Mux(saved, info.pool, -1)),
+            "cumu_count": Mux(current, c.cumu_count, Mux(saved, info.cumu_count, 0))}))
         with m.If(c.j == 0):  # the slot's node count first, in a register
-            m.d.sync += [c.j.eq(1), c.running.eq(Mux(used, header[3], 0))]
+            m.d.sync += [c.j.eq(1),
+                         c.running.eq(Mux(used, header[STATE.word("cumu_count")], 0))]
         with m.Elif(c.j == 1):
             m.d.comb += [c.rwriter.start.eq(1), c.rwriter.address.eq(c.cmd.address0),
-                         c.rwriter.count.eq(HEADER_WORDS + NODE_WORDS * c.running
+                         c.rwriter.count.eq(STATE.size + NODE.size * c.running
                                             + 2 * c.MAXV + c.K)]
             m.d.sync += c.j.eq(2)
         with m.Else():
             m.d.comb += [c.rwriter.words.valid.eq(1), c.rwriter.words.payload.eq(header[c.i])]
             with m.If(c.rwriter.words.ready):
                 m.d.sync += c.i.eq(c.i + 1)
-                with m.If(c.i == HEADER_WORDS - 1):
+                with m.If(c.i == STATE.size - 1):
                     m.d.sync += [c.i.eq(0), c.j.eq(0)]
                     m.next = "STATE_ROWS"
 
@@ -85,7 +84,7 @@ def read_state_states(m, c):
                      host.region.eq(Mux(in_work, Region.WORK,
                                         Mux(in_sort, Region.SORT, Region.NODE))),
                      c.k2.host_rsp.ready.eq(1)]
-        words = Mux(in_sort, 1, NODE_WORDS)
+        words = Mux(in_sort, 1, NODE.size)
         with m.If(c.i == total):
             with m.If(~c.rwriter.busy):
                 m.d.sync += [c.i.eq(0), c.j.eq(0)]
@@ -99,7 +98,9 @@ def read_state_states(m, c):
                 m.d.sync += [c.out_node.eq(c.k2.host_rsp.payload), c.j.eq(2)]
         with m.Else():
             node = c.out_node
-            fields = Array([node.tok, node.score, node.delta, node.prev, node.next, node.side])
+            fields = Array(NODE.in_order({"token": node.tok, "score": node.score,
+                                          "delta": node.delta, "prev": node.prev,
+                                          "next": node.next, "side": node.side}))
             m.d.comb += [c.rwriter.words.valid.eq(1),
                          c.rwriter.words.payload.eq(Mux(in_sort, node.score, fields[c.j - 2]))]
             with m.If(c.rwriter.words.ready):

@@ -10,6 +10,7 @@ from hw.kernels.update_state import Region
 from hw.lib.params import index_bits
 
 from .commands import Phase, Status
+from .records import REQUEST, RESULT, TREE
 from .runs import TABLE_READY, copy_words, table_address
 
 __all__ = ["build_verify_states", "verify_states"]
@@ -118,10 +119,12 @@ def build_verify_states(m, c):
                      c.k4.seq_lens.payload.seq_len.eq(c.seq_k4_rd.data)]
         with m.If(c.k4.seq_lens.valid & c.k4.seq_lens.ready):
             m.d.sync += c.seq_b.eq(c.seq_b + 1)
-        # (b) tree records, five words each
+        # (b) tree records (TREE), a word a clock
         record = c.k4.tree.payload
-        tree_fields = Array([record.retrive_index, record.next_token,
-                             record.next_sibling, record.position, record.draft_token])
+        fields = {"retrive_index": record.retrive_index, "retrive_next_token": record.next_token,
+                  "retrive_next_sibling": record.next_sibling, "position": record.position,
+                  "draft_token": record.draft_token}
+        tree_fields = Array(TREE.in_order(fields))
         m.d.comb += [c.rwriter.words.valid.eq(c.k4.tree.valid),
                      c.rwriter.words.payload.eq(tree_fields[c.tree_word]),
                      c.k4.tree.ready.eq(c.rwriter.words.ready
@@ -273,9 +276,9 @@ def verify_states(m, c):
             m.d.sync += c.i.eq(Mux(c.i == c.request_last, 0, c.i + 1))
             with m.If(c.i == c.request_last):
                 m.d.sync += c.b.eq(c.b + 1)
-            with m.If((c.i == 0) & (not_finite | negative)):
+            with m.If((c.i == REQUEST.word("temperature")) & (not_finite | negative)):
                 m.d.sync += c.bad_argument.eq(1)
-            with m.If((c.i == 2) & ~c.unit_interval(value)):
+            with m.If((c.i == REQUEST.word("top_p")) & ~c.unit_interval(value)):
                 m.d.sync += c.bad_argument.eq(1)
         with m.If(~c.reader.busy & ~c.words.valid):
             threshold_bad = Signal()
@@ -314,7 +317,7 @@ def verify_states(m, c):
                  row_address.eq(c.cmd.address1 + row_offset)]
 
     with m.State("RUN_HEADER"):
-        # the request's five header words, one a clock, into `header`
+        # the request's fixed words (REQUEST), one a clock, into `header`
         m.d.comb += c.vreq_rd.addr.eq(c.b * c.VQ + c.j)
         with m.If(c.j <= c.p.verify_request_words):
             m.d.sync += c.j.eq(c.j + 1)
@@ -330,9 +333,12 @@ def verify_states(m, c):
                      tc.nodes.eq(c.vn), tc.steps.eq(c.steps),
                      tc.vocab_size.eq(c.cfg.vocab_size),
                      tc.row_address.eq(row_address),
-                     tc.row_pitch.eq(c.cmd.row_pitch), tc.temperature.eq(c.header[0]),
-                     tc.top_k.eq(c.header[1]), tc.top_p.eq(c.header[2]),
-                     tc.seed.eq(c.header[3]), tc.final_coin.eq(c.header[3]),
+                     tc.row_pitch.eq(c.cmd.row_pitch),
+                     tc.temperature.eq(c.header[REQUEST.word("temperature")]),
+                     tc.top_k.eq(c.header[REQUEST.word("top_k")]),
+                     tc.top_p.eq(c.header[REQUEST.word("top_p")]),
+                     tc.seed.eq(c.header[REQUEST.word("seed_or_final_coin")]),
+                     tc.final_coin.eq(c.header[REQUEST.word("seed_or_final_coin")]),
                      tc.threshold_single.eq(c.cmd.threshold_single),
                      tc.threshold_acc.eq(c.cmd.threshold_acc),
                      c.vtree_rd.addr.eq(c.b * c.vn), c.coin_rd.addr.eq(c.b * c.VQ + c.VQH)]
@@ -400,7 +406,7 @@ def verify_states(m, c):
         with m.Else():
             m.d.comb += [c.k7.request.valid.eq(1), rq.accept_token_num.eq(c.accepted - 1),
                          rq.req_pool_index.eq(c.pool_rd.data), rq.seq_len.eq(c.seq_rd.data),
-                         rq.max_seq_len.eq(c.header[4])]
+                         rq.max_seq_len.eq(c.header[REQUEST.word("max_seq_len")])]
             m.d.comb += [rq.accept_index[x].eq(c.accept_row[x])
                          for x in range(c.p.max_steps)]
             with m.If(c.k7.request.ready):
@@ -485,7 +491,7 @@ def verify_states(m, c):
             m.next = "RUN_WRITE"
 
     with m.State("RUN_WRITE"):
-        # result records: 10 header words, accept_index [S], predicts [n], evict bits
+        # result records (RESULT): the fixed words, accept_index [S], predicts [n], evict bits
         words_per = c.p.verify_result_words + c.steps + c.vn + ((c.vn + 31) >> 5)
         m.d.comb += [c.vres_rd.addr.eq(c.b), c.accidx_rd.addr.eq(c.b), c.inverse_rd.addr.eq(c.b),
                      c.aslot_rd.addr.eq(c.b)]
@@ -514,9 +520,12 @@ def verify_states(m, c):
             evict_word = Signal(32)
             m.d.comb += evict_word.eq(evict.word_select(zz[:index_bits(evict_words)], 32)
                                       if evict_words > 1 else evict)
-            header_words = Array([r.accept_token_num, r.accept_length, r.next_root,
-                                  r.finished, r.seq_len, r.nan, r.offset,
-                                  c.aslot_rd.data, c.inverse_rd.data, r.rows])
+            fields = {"accept_token_num": r.accept_token_num, "accept_length": r.accept_length,
+                      "next_root": r.next_root, "finished": r.finished, "seq_len": r.seq_len,
+                      "nan_flag": r.nan, "verified_offset": r.offset,
+                      "active_slot": c.aslot_rd.data, "active_inverse": c.inverse_rd.data,
+                      "rows_read": r.rows}
+            header_words = Array(RESULT.in_order(fields))
             value = Signal(32)
             with m.If(c.i < c.p.verify_result_words):
                 m.d.comb += value.eq(header_words[c.i])

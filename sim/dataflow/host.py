@@ -1,12 +1,13 @@
 """The engine's commands as a host issues them: argument records into card memory, command
 payloads, the frontier records read back as ``golden.engine`` outputs (the memory formats of
-docs/engine.md), and the runs of words each memory port moves for a command (what its
-``PortCounters`` must count)."""
+docs/engine.md, packed and unpacked with ``hw.dataflow.records``), and the runs of words each
+memory port moves for a command (what its ``PortCounters`` must count)."""
 
 import numpy as np
 
 from golden.engine import Status
 from hw.dataflow.engine import EngineParams, Opcode, StopReason
+from hw.dataflow.records import ARGUMENT, FRONTIER, NODE, REQUEST, RESULT, STATE, TREE
 
 __all__ = ["EngineHost", "STOP_REASONS", "run_beats", "card_regions", "card_memory_bytes",
            "logits_words", "row_pitch"]
@@ -36,7 +37,7 @@ def card_regions(params: EngineParams, rows: int, context: int) -> dict[str, int
         "verify_requests": b * (p.verify_request_words + v),
         "verify_results": b * (p.verify_result_words + p.max_steps + v + -(-v // 32)),
         "verified_id": b * p.max_steps,
-        "state": 4 + 6 * p.max_node_count + 2 * v + p.node_top_k,
+        "state": _state_words(p, p.max_node_count),
     }
 
 
@@ -115,9 +116,9 @@ class EngineHost:
                     verify_num, depths):
         """Write the argument records; return the command."""
         b = len(slots)
-        records = np.column_stack([slots, root_tokens, seq_lens, req_pool_indices,
-                                   draft_cache_locs]).astype(np.int64) if b else \
-            np.zeros((0, self.params.argument_words), np.int64)
+        records = ARGUMENT.pack(b, slot=slots, root_token=root_tokens, seq_len=seq_lens,
+                                req_pool_index=req_pool_indices,
+                                tails={"kv_slots": draft_cache_locs})
         self.memory.write_words(self.arguments, records.reshape(-1))
         command = self._command(Opcode.BEGIN_ROUND, batch_size=b, verify_num=verify_num,
                                 depths=depths, address0=self.arguments)
@@ -203,8 +204,7 @@ class EngineHost:
                                        in zip(rows, run["accept_length"], strict=True)]
                 runs["logits"] = [(self.logits, run["rows_read"] * command["row_pitch"] // 4)]
         elif opcode == Opcode.READ_STATE and ok:
-            runs["result_write"] = [(self.state, 4 + 6 * int(step.state.cumu_count)
-                                     + 2 * p.max_verify_num + p.node_top_k)]
+            runs["result_write"] = [(self.state, _state_words(p, int(step.state.cumu_count)))]
         return runs
 
     def build_verify(self, tree_mask_mode, verify_cache_locs):
@@ -240,10 +240,10 @@ class EngineHost:
         draw = (np.asarray(seeds, np.int64) if lfsr
                 else _f32_bits(uniform_samples_for_final_sampling))
         coins = np.zeros((b, n), np.uint32) if lfsr else _f32_bits(uniform_samples).reshape(b, n)
-        records = np.column_stack([
-            _f32_bits(temperatures), np.zeros(b, np.int64) if top_k is None else top_k,
-            _f32_bits(np.ones(b) if top_p is None else top_p), draw, max_seq_lens,
-            coins]).astype(np.int64) if b else np.zeros((0, 5 + n), np.int64)
+        records = REQUEST.pack(
+            b, temperature=_f32_bits(temperatures), top_k=0 if top_k is None else top_k,
+            top_p=_f32_bits(np.ones(b) if top_p is None else top_p), seed_or_final_coin=draw,
+            max_seq_len=max_seq_lens, tails={"coins": coins})
         self.memory.write_words(self.verify_requests, records.reshape(-1))
         return self._command(
             Opcode.VERIFY, lfsr=lfsr, eos_token_id=eos_token_id,
@@ -254,21 +254,18 @@ class EngineHost:
 
     def run_outputs(self, batch_size, n, steps, verified_count):
         """The arrays of the last ``verify`` as the golden's outputs."""
-        p = self.params
-        stride = p.verify_result_words + steps + n + -(-n // 32)
-        words = self.memory.read_words(self.verify_results, batch_size * stride) \
-            .reshape(batch_size, stride)
-        head, tail = words[:, :p.verify_result_words], words[:, p.verify_result_words:]
-        evict_words = tail[:, steps + n:].astype(np.int64) & 0xFFFF_FFFF
-        evict = np.array([[(int(row[i // 32]) >> (i % 32)) & 1 for i in range(n)]
-                          for row in evict_words], np.bool_).reshape(-1)
+        tails = {"accept_index": steps, "predicts": n, "evict_mask": -(-n // 32)}
+        stride = RESULT.size + sum(tails.values())
+        r = RESULT.unpack(self.memory.read_words(self.verify_results, batch_size * stride)
+                          .reshape(batch_size, stride), **tails)
         return {
-            "predicts": tail[:, steps:steps + n].reshape(-1), "accept_index": tail[:, :steps],
-            "accept_token_num": head[:, 0], "accept_length": head[:, 1],
+            "predicts": r["predicts"].reshape(-1), "accept_index": r["accept_index"],
+            "accept_token_num": r["accept_token_num"], "accept_length": r["accept_length"],
             "verified_id": self.memory.read_words(self.verified_ids, verified_count),
-            "next_root": head[:, 2], "evict_mask": evict, "finished": head[:, 3] != 0,
-            "seq_lens": head[:, 4], "active_slots": head[:, 7], "active_inverse": head[:, 8],
-            "nan_flags": head[:, 5] != 0, "rows_read": int(head[:, 9].sum()),
+            "next_root": r["next_root"], "evict_mask": _bits(r["evict_mask"], n).reshape(-1),
+            "finished": r["finished"] != 0, "seq_lens": r["seq_len"],
+            "active_slots": r["active_slot"], "active_inverse": r["active_inverse"],
+            "nan_flags": r["nan_flag"] != 0, "rows_read": int(r["rows_read"].sum()),
         }
 
     def read_state(self, slot):
@@ -280,33 +277,35 @@ class EngineHost:
         ``req_pool_index``, ``cumu_count`` and the ``tree`` rows (nodes: the valid prefix;
         scores as float32 bit patterns)."""
         p = self.params
-        header = self.memory.read_words(self.state, 4)
-        count = int(header[3])
-        words = self.memory.read_words(self.state, 4 + 6 * count + 2 * p.max_verify_num
-                                       + p.node_top_k)[4:]
-        nodes = words[:6 * count].reshape(count, 6)
-        rows = words[6 * count:]
-        return {"phase": int(header[0]), "seq_len": int(header[1]),
-                "req_pool_index": int(header[2]), "cumu_count": count,
-                "tree": {"cumu_tokens": nodes[:, 0], "cumu_scores": _word_bits(nodes[:, 1]),
-                         "cumu_deltas": nodes[:, 2], "prev_indexs": nodes[:, 3],
-                         "next_indexs": nodes[:, 4], "side_indexs": nodes[:, 5],
-                         "sort_scores": _word_bits(rows[:p.max_verify_num]),
-                         "work_scores": _word_bits(rows[p.max_verify_num:])}}
+        count = int(self.memory.read_words(self.state, STATE.size)[STATE.word("cumu_count")])
+        tails = {"nodes": NODE.size * count, "sort_scores": p.max_verify_num,
+                 "work_scores": p.max_verify_num + p.node_top_k}
+        state = STATE.unpack(self.memory.read_words(self.state, _state_words(p, count)),
+                             **tails)
+        nodes = NODE.unpack(state["nodes"].reshape(count, NODE.size))
+        return {"phase": int(state["phase"]), "seq_len": int(state["seq_len"]),
+                "req_pool_index": int(state["req_pool_index"]), "cumu_count": count,
+                "tree": {"cumu_tokens": nodes["token"], "cumu_scores": _word_bits(nodes["score"]),
+                         "cumu_deltas": nodes["delta"], "prev_indexs": nodes["prev"],
+                         "next_indexs": nodes["next"], "side_indexs": nodes["side"],
+                         "sort_scores": _word_bits(state["sort_scores"]),
+                         "work_scores": _word_bits(state["work_scores"])}}
 
     def verify_outputs(self, batch_size, n, tree_mask_mode):
         """The arrays of the last ``build_verify`` as the golden's outputs."""
         p = self.params
-        tree = self.memory.read_words(self.tree, batch_size * n * p.tree_words) \
-            .reshape(batch_size, n, p.tree_words)
+        tree = TREE.unpack(self.memory.read_words(self.tree, batch_size * n * p.tree_words)
+                           .reshape(batch_size, n, p.tree_words))
         indptrs = self.memory.read_words(self.indptrs, 3 * (batch_size + 1)) \
             .reshape(3, batch_size + 1)
         mask_bytes = int(indptrs[2, -1])
         mask = self.memory.data[self.mask:self.mask + mask_bytes].copy()
         return {
-            "n": n, "retrive_index": tree[:, :, 0], "retrive_next_token": tree[:, :, 1],
-            "retrive_next_sibling": tree[:, :, 2], "positions": tree[:, :, 3].reshape(-1),
-            "draft_tokens": tree[:, :, 4].reshape(-1),
+            "n": n, "retrive_index": tree["retrive_index"],
+            "retrive_next_token": tree["retrive_next_token"],
+            "retrive_next_sibling": tree["retrive_next_sibling"],
+            "positions": tree["position"].reshape(-1),
+            "draft_tokens": tree["draft_token"].reshape(-1),
             "tree_mask": mask if tree_mask_mode == 2 else mask.astype(np.bool_),
             "qo_indptr": indptrs[0], "kv_indptr": indptrs[1], "mask_indptr": indptrs[2],
             "kv_indices": self.memory.read_words(self.kv_indices, int(indptrs[1, -1])),
@@ -316,16 +315,13 @@ class EngineHost:
         """The frontier records of the last ``draft_depth`` as the golden's outputs."""
         p = self.params
         count = batch_size * width
-        words = self.memory.read_words(self.frontier, count * p.frontier_words) \
-            .reshape(batch_size, width, p.frontier_words)
-        columns = input_count + width - 1
-        mask_bits = words[:, :, 5:].astype(np.uint32)
-        mask = np.zeros((batch_size, width, columns), np.bool_)
-        for column in range(columns):
-            mask[:, :, column] = (mask_bits[:, :, column // 32] >> (column % 32)) & 1
-        return {"tokens": words[:, :, 0], "parent_indices": words[:, :, 1],
-                "node_ids": words[:, :, 2], "positions": words[:, :, 3],
-                "kv_slots": words[:, :, 4], "tree_mask": mask}
+        records = FRONTIER.unpack(
+            self.memory.read_words(self.frontier, count * p.frontier_words)
+            .reshape(batch_size, width, p.frontier_words), mask=p.mask_words)
+        return {"tokens": records["token"], "parent_indices": records["parent_index"],
+                "node_ids": records["node_id"], "positions": records["position"],
+                "kv_slots": records["kv_slot"],
+                "tree_mask": _bits(records["mask"], input_count + width - 1)}
 
     def req_to_token(self):
         """The table as it stands in memory."""
@@ -338,6 +334,19 @@ def run_beats(runs, port_bits: int) -> int:
     address, words)``): a run covers the port words from its first word's to its last's."""
     lanes = port_bits // 32
     return sum(-(-(address // 4 % lanes + words) // lanes) for address, words in runs if words)
+
+
+def _state_words(params: EngineParams, cumu_count: int) -> int:
+    """Words of a ``read_state`` record with ``cumu_count`` node records."""
+    return STATE.size + NODE.size * cumu_count + 2 * params.max_verify_num + params.node_top_k
+
+
+def _bits(words, count: int) -> np.ndarray:
+    """Bits ``0 .. count - 1`` of rows of 32-bit words (``[..., words]``; bit ``i`` at bit
+    ``i % 32`` of word ``i // 32``) as ``bool [..., count]``."""
+    words = np.asarray(words, np.int64) & 0xFFFF_FFFF
+    index = np.arange(count)
+    return ((words[..., index // 32] >> (index % 32)) & 1).astype(np.bool_)
 
 
 def _f32_bits(values) -> np.ndarray:
