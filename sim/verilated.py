@@ -58,9 +58,9 @@ API_VERSION = 1
 # slow-path units (make 134 -> 69). In those units -Os costs twice -O1 (fast path 49.5 ->
 # 28.1; -O0 9.7, but a clock of the engine then takes 284 us instead of 30; -Os 27): both,
 # make 134 -> 54 CPU seconds.
-#: Verilator arguments of the library build beyond ``sim.harness.VERILATOR_ARGS``: the C++
-#: in four compile units per kind (the makefile still compiles them in parallel).
-LIBRARY_ARGS: tuple[str, ...] = ("--output-groups", "4")
+#: Verilator arguments of the library build beyond ``sim.harness.VERILATOR_ARGS`` (which
+#: already put the C++ in four compile units per kind): none.
+LIBRARY_ARGS: tuple[str, ...] = ()
 #: Variables of the C++ compile (Verilator's makefile): the fast path (the model's eval) at
 #: -O1 instead of Verilator's -Os; the slow path (construction, initial values) stays at its
 #: -O0, the runtime library at its -Os.
