@@ -11,8 +11,9 @@ import numbers
 
 import numpy as np
 
-__all__ = ["INT32_MAX", "check_array", "check_choice", "check_float_array", "check_index_array",
-           "check_integer", "check_probability", "check_real", "check_token_array"]
+__all__ = ["INT32_MAX", "check_array", "check_backend", "check_choice", "check_float_array",
+           "check_index_array", "check_integer", "check_probability", "check_real",
+           "check_token_array"]
 
 INT32_MAX = (1 << 31) - 1  # the card's token ids, KV slot ids, sequence lengths, table entries
 
@@ -126,3 +127,13 @@ def check_probability(name, value) -> float:
             or not 0.0 <= float(value) <= 1.0:
         raise ValueError(f"`{name}` must be a number between 0 and 1, not {value!r}")
     return float(value)
+
+
+def check_backend(module, op_name, backend, choices, missing) -> None:
+    """A drop-in op's ``backend`` (issue 33): one of ``choices``; ``"rtl"`` raises
+    ``NotImplementedError`` naming what it still needs, ``missing[op_name]``."""
+    check_choice("backend", backend, choices)
+    if backend == "rtl":
+        raise NotImplementedError(
+            f"{module}.{op_name}(backend='rtl') is not implemented yet: {missing[op_name]}; "
+            "use backend='golden' (issue 33)")

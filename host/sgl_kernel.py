@@ -27,7 +27,7 @@ import numpy as np
 import golden
 
 from .arrays import commit, exact_input, int_input, mask_input, output
-from .checks import check_choice, check_integer
+from .checks import check_backend, check_integer
 
 __all__ = ["BACKENDS", "RTL_MISSING", "build_tree_kernel_efficient",
            "reconstruct_indices_from_tree_mask", "segment_packbits",
@@ -61,11 +61,7 @@ _SPELLINGS = {
 
 def _run_on(op_name, backend) -> None:
     """Check ``backend``; ``"rtl"`` raises ``NotImplementedError`` naming what is missing."""
-    check_choice("backend", backend, BACKENDS)
-    if backend == "rtl":
-        raise NotImplementedError(
-            f"host.sgl_kernel.{op_name}(backend='rtl') is not implemented yet: "
-            f"{RTL_MISSING[op_name]}; use backend='golden' (issue 33)")
+    check_backend(__name__, op_name, backend, BACKENDS, RTL_MISSING)
 
 
 def _both_spellings(op):
