@@ -50,11 +50,7 @@ def check_integer(name, value, lo, hi=None) -> int:
     (even whole ones), strings and ``None`` are refused."""
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
         raise ValueError(f"`{name}` must be an integer, not {value!r}")
-    value = int(value)
-    if value < lo or (hi is not None and value > hi):
-        bound = f"at least {lo}" if hi is None else f"between {lo} and {hi}"
-        raise ValueError(f"`{name}` must be {bound}, not {value}")
-    return value
+    return _in_range(name, int(value), lo, hi)
 
 
 def check_choice(name, value, choices):
@@ -114,7 +110,12 @@ def check_real(name, value, lo, hi=None) -> float:
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real) \
             or not math.isfinite(float(value)):
         raise ValueError(f"`{name}` must be a finite number, not {value!r}")
-    value = float(value)
+    return _in_range(name, float(value), lo, hi)
+
+
+def _in_range(name, value, lo, hi):
+    """``value`` if it lies in ``lo .. hi`` (``hi`` None: no upper bound), else
+    ``ValueError`` naming ``name`` and the bounds."""
     if value < lo or (hi is not None and value > hi):
         bound = f"at least {lo}" if hi is None else f"between {lo} and {hi}"
         raise ValueError(f"`{name}` must be {bound}, not {value}")

@@ -21,6 +21,7 @@ import numpy as np
 from golden.engine import Completion, EngineConfig, Phase, SlotState, Status
 
 from .backend import Backend, CommandResult
+from .checks import check_integer
 
 __all__ = ["RtlBackend", "engine_parameters"]
 
@@ -119,6 +120,7 @@ class RtlBackend(Backend):
         if not isinstance(config, EngineConfig):
             raise ValueError(f"`config` must be a golden.engine.EngineConfig, not "
                              f"{type(config).__name__}")
+        check_integer("watchdog_cycles", watchdog_cycles, 0, (1 << 32) - 1)  # a config word
         table = np.asarray(req_to_token)
         if table.ndim != 2 or table.dtype.kind not in "iu":
             raise ValueError("`req_to_token` must be an integer array [pool rows, context]")

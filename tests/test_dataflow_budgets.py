@@ -6,8 +6,9 @@ that meets the budget, ``build_verify``, ``verify``, then ``read_state`` of ever
 complete and equal ``golden.engine``; a hang would end in the watchdog's ``WATCHDOG``
 completion, which the golden never gives.
 
-Amaranth's simulator runs the small builds in ``make test``; the slow tier runs more of them,
-and the same rounds on Verilated builds (``SWEEP_RTL``)."""
+Amaranth's simulator runs the small builds in ``make test``; the slow tier runs more of them
+(``SWEEP_SLOW``, with memory stalls), and tests/test_host_rtl_budgets.py such rounds on
+Verilated builds."""
 
 import pytest
 

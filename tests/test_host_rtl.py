@@ -182,18 +182,23 @@ def test_a_table_beyond_int32_is_refused():
         host.RtlBackend(host.engine_config(CONFIG, V), table)
 
 
+@pytest.mark.parametrize("bound", [-1, 1 << 32, 2.5, "5000"])
+def test_a_bad_watchdog_bound_is_refused(bound):
+    table = np.full((2, CONTEXT), -1, np.int64)
+    with pytest.raises(ValueError, match="watchdog_cycles"):
+        host.RtlBackend(host.engine_config(CONFIG, V), table, watchdog_cycles=bound)
+
+
 def test_a_hung_memory_is_a_watchdog_error():
     """A command whose memory never answers (every channel stalled) completes with
     ``WATCHDOG`` after the configured bound, reported as such; the round in flight ends where
     its last command left it (``golden.engine.Engine.abandon_round``) and the engine serves
     the next round as the golden does."""
     from golden.engine import Engine, Status
-    from host.engine import engine_config
-    from host.rtl import RtlBackend
 
-    config = engine_config(CONFIG, V)
+    config = host.engine_config(CONFIG, V)
     table = np.full((CONFIG.batch_size, CONTEXT), -1, np.int64)
-    rtl = RtlBackend(config, table.copy(), watchdog_cycles=5000)
+    rtl = host.RtlBackend(config, table.copy(), watchdog_cycles=5000)
     golden = Engine(config, table.copy())
     k = CONFIG.node_top_k
     begin = dict(slots=np.array([0, 1]), root_tokens=np.array([3, 7]),
