@@ -34,6 +34,15 @@ from .reject_sample import (
     tree_speculative_sampling_target_only,
     verify_tree_greedy,
 )
+from .sampling import (
+    FILTER_APPLY_ORDERS,
+    REJMASK_MAX_CHILDREN,
+    process_accept_index_evict_mask_fused,
+    top_k_renorm_probs,
+    top_k_top_p_sampling_from_probs,
+    top_p_renorm_probs,
+    tree_speculative_sampling_target_only_rejmask,
+)
 from .score import draft_tree_layer_score_index_gen_op
 from .tree_mask import (
     MAX_PACKED_VERIFY_NUM,
@@ -111,4 +120,11 @@ __all__ = [
     "draft_tree_reject_sample_from_logits",
     "draft_tree_reject_sample",
     "lfsr_coins",
+    "top_k_renorm_probs",
+    "top_p_renorm_probs",
+    "top_k_top_p_sampling_from_probs",
+    "FILTER_APPLY_ORDERS",
+    "tree_speculative_sampling_target_only_rejmask",
+    "REJMASK_MAX_CHILDREN",
+    "process_accept_index_evict_mask_fused",
 ]
