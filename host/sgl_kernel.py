@@ -11,10 +11,19 @@ Python side). Arrays go through :mod:`host.arrays`: numpy, torch tensors (CPU in
 other devices copied in and out) and anything with ``__dlpack__``/``__array__``; integer
 arrays may be int32 or int64.
 
-``backend`` (keyword only, per call): ``"golden"`` (the default) runs the numpy goldens of
-``golden/`` on the converted arrays; ``"rtl"`` raises ``NotImplementedError`` for now (see
-:data:`RTL_MISSING`). Every op raises ``ValueError`` before writing anything for bad input
-(the goldens' checks, plus the adapter's).
+``backend`` (keyword only, per call) says what runs the op:
+
+* ``"golden"`` (the default): the numpy goldens of ``golden/`` on the converted arrays.
+* ``"rtl"``: the hardware where it has the op. ``tree_speculative_sampling_target_only`` and
+  ``verify_tree_greedy`` run on K6 ``RejectSample`` (``hw.kernels.reject_sample``) as a
+  Verilator model in this process (:mod:`host.k6_rtl`: one build per rounded shape, built on
+  first use and cached under ``build/verilated/``), bit for bit the golden's outputs.
+  ``build_tree_kernel_efficient``, ``reconstruct_indices_from_tree_mask`` and
+  ``segment_packbits`` raise ``NotImplementedError`` saying why (:data:`RTL_MISSING`).
+
+Every op raises ``ValueError`` before writing anything for bad input (the goldens' checks,
+plus the adapter's; on ``"rtl"`` also a shape no K6 build takes), and writes its outputs
+only after it succeeded.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import numpy as np
 import golden
 
 from .arrays import commit, exact_input, int_input, mask_input, output
-from .checks import check_backend, check_integer
+from .checks import check_backend, check_choice, check_integer
 
 __all__ = ["BACKENDS", "RTL_MISSING", "build_tree_kernel_efficient",
            "reconstruct_indices_from_tree_mask", "segment_packbits",
@@ -35,17 +44,13 @@ __all__ = ["BACKENDS", "RTL_MISSING", "build_tree_kernel_efficient",
 
 BACKENDS = ("golden", "rtl")
 
-# What the rtl backend of each op still needs (issue 33).
+# Why the rtl backend does not run these ops (issue 33); the others run on K6 (host.k6_rtl).
 RTL_MISSING = {
-    "tree_speculative_sampling_target_only": "the engine's fused verify cannot yet load a "
-    "caller-built tree (an engine command that loads the caller's retrieve arrays and target "
-    "probabilities)",
-    "verify_tree_greedy": "the engine's verify cannot yet load a caller-built tree and has no "
-    "greedy-by-argmax mode over caller-given target_predict",
-    "build_tree_kernel_efficient": "the engine builds the verify tree from its own draft "
-    "round; a command that builds it from a caller's parent_list/selected_index is missing",
-    "reconstruct_indices_from_tree_mask": "the engine builds the verify tree from its own "
-    "draft round; a command that takes a caller's tree mask is missing",
+    "build_tree_kernel_efficient": "the hardware builds the verify tree only from its own "
+    "draft round (the engine's build_verify); no kernel or command builds it from a "
+    "caller's parent_list/selected_index",
+    "reconstruct_indices_from_tree_mask": "the hardware builds the verify tree only from its "
+    "own draft round; no kernel or command takes a caller's tree mask",
     "segment_packbits": "the hardware has no segment_packbits kernel (its mask is packed by "
     "the verify-tree build itself)",
 }
@@ -59,9 +64,17 @@ _SPELLINGS = {
 }
 
 
-def _run_on(op_name, backend) -> None:
-    """Check ``backend``; ``"rtl"`` raises ``NotImplementedError`` naming what is missing."""
+def _run_on(op_name, backend):
+    """The module whose ``op_name`` runs the op on ``backend``: :mod:`golden`, or
+    :mod:`host.k6_rtl` for ``"rtl"``; an op in :data:`RTL_MISSING` raises
+    ``NotImplementedError`` on ``"rtl"``, any other backend ``ValueError``."""
+    check_choice("backend", backend, BACKENDS)
+    if backend == "rtl" and op_name not in RTL_MISSING:
+        from . import k6_rtl  # Amaranth and the Verilator model: only when asked for
+
+        return k6_rtl
     check_backend(__name__, op_name, backend, BACKENDS, RTL_MISSING)
+    return golden
 
 
 def _both_spellings(op):
@@ -145,8 +158,10 @@ def tree_speculative_sampling_target_only(
     Integer arrays may be int32 or int64; ``uniform_samples``,
     ``uniform_samples_for_final_sampling``, ``target_probs`` and ``draft_probs`` float32.
     ``accept_token_num`` counts accepted draft tokens (root excluded), as sgl-kernel's.
+    ``backend="rtl"``: the same outputs, bit for bit, from K6 on its Verilator model
+    (:func:`host.k6_rtl.tree_speculative_sampling_target_only`).
     """
-    _run_on("tree_speculative_sampling_target_only", backend)
+    ops = _run_on("tree_speculative_sampling_target_only", backend)
     outs = _tree_outputs(predicts, accept_index, accept_token_num)
     tree = _tree_inputs(candidates, retrive_index, retrive_next_token, retrive_next_sibling)
     coins = exact_input("uniform_samples", uniform_samples, np.float32)
@@ -159,7 +174,7 @@ def tree_speculative_sampling_target_only(
     else:
         draft = output("draft_probs", draft_probs, np.float32, fill=0.0)
         draft_work, draft_outs = draft.work, (draft,)
-    golden.tree_speculative_sampling_target_only(
+    ops.tree_speculative_sampling_target_only(
         *(out.work for out in outs), *tree, coins, coin_final, target, draft_work,
         threshold_single, threshold_acc, deterministic)
     commit(*outs, *draft_outs)
@@ -181,13 +196,14 @@ def verify_tree_greedy(
     """sgl-kernel ``verify_tree_greedy``, in place: :func:`golden.verify_tree_greedy`.
 
     Arguments, order and outputs as sgl-kernel's (both spellings of the ``retrive_*``
-    keywords); integer arrays int32 or int64.
+    keywords); integer arrays int32 or int64. ``backend="rtl"``: K6's greedy mode on its
+    Verilator model (:func:`host.k6_rtl.verify_tree_greedy`).
     """
-    _run_on("verify_tree_greedy", backend)
+    ops = _run_on("verify_tree_greedy", backend)
     outs = _tree_outputs(predicts, accept_index, accept_token_num)
     tree = _tree_inputs(candidates, retrive_index, retrive_next_token, retrive_next_sibling)
     target = int_input("target_predict", target_predict)
-    golden.verify_tree_greedy(*(out.work for out in outs), *tree, target)
+    ops.verify_tree_greedy(*(out.work for out in outs), *tree, target)
     commit(*outs)
 
 

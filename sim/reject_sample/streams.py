@@ -81,10 +81,13 @@ def beats(layout, words) -> list[dict]:
 
 
 def outputs_from_dut(call: Call, memory: MemoryImage, packets: list[list[dict]],
-                     writes: list[dict]) -> dict:
+                     writes: list[dict], *, out: dict | None = None) -> dict:
     """The output arrays rebuilt from the kernel's ``result`` packets (one list of beats per
-    request, in order) and ``draft_write`` beats, on the same pre-filled arrays."""
-    out = blank_outputs(call)
+    request, in order) and ``draft_write`` beats, on the same pre-filled arrays
+    (:func:`~sim.reject_sample.results.blank_outputs`), or written into ``out`` (the caller's
+    pre-filled arrays of those names, C-contiguous; only the entries the golden writes
+    change)."""
+    out = blank_outputs(call) if out is None else out
     b = call.batch_size
     assert len(packets) == b, f"{len(packets)} result packets for {b} requests"
     for req, beats in enumerate(packets):
@@ -105,5 +108,3 @@ def outputs_from_dut(call: Call, memory: MemoryImage, packets: list[list[dict]],
             assert row < memory.rows and j < memory.vocab, f"draft write outside: {write}"
             flat[row, j] = np.array(write["value"], np.uint32).view(F32)
     return out
-
-
