@@ -61,7 +61,8 @@ from .verify_metadata import (
 )
 from .verify_result import update_verify_result
 
-__all__ = ["Status", "Phase", "EngineConfig", "Completion", "SlotState", "Engine"]
+__all__ = ["Status", "Phase", "EngineConfig", "Completion", "SlotState", "Engine",
+           "loadable_tree_error"]
 
 
 class Status(enum.IntEnum):
@@ -356,6 +357,59 @@ class Engine:
             return out
         return self._execute("build_verify", run)
 
+    def load_tree(self, draft_tokens, retrive_index, retrive_next_token, retrive_next_sibling,
+                  verify_cache_locs, *, num_speculative_tokens) -> Completion:
+        """A verify tree the caller built (SGLang's ``build_tree_kernel_efficient``, ...) in
+        place of ``build_verify``'s, for ``verify``: ``draft_tokens`` i64 [B*n] (the
+        candidates), ``retrive_index``, ``retrive_next_token``, ``retrive_next_sibling`` i64
+        [B, n], the verify forward's KV slots ``verify_cache_locs`` i64 [B*n] (K7's
+        ``out_cache_loc``) and ``num_speculative_tokens`` ``S`` (``verify``'s, instead of the
+        depths run + 1). Nothing is written to ``req_to_token`` (the caller placed the verify
+        forward's slots). Outputs: ``n``.
+
+        In order: ``BAD_PHASE`` unless a round is drafting (``DRAFTING`` or ``DRAFTED``);
+        ``BAD_ARGUMENT`` unless ``1 <= n <= max_verify_num`` and ``2 <= S <= max_depths + 1``,
+        and unless every request's tree is one whose walk ends (docs/engine.md, "Loading a
+        caller's tree"): tokens in ``0 .. vocab_size - 1``, ``retrive_index[b, i] == b*n + i``,
+        links -1 or in ``1 .. n - 1``, no node the target of two links. Accepted, the round is
+        ``BUILT`` (drafting ends)."""
+        c = self.config
+        r = self._round
+        drafting = self._in_phase(Phase.DRAFTING, Phase.DRAFTED)
+        if drafting:
+            b = len(r.slots)
+            index = _int_array2("retrive_index", retrive_index, b)
+            n = index.shape[1]
+            links = [_int_array("retrive_next_token", retrive_next_token, (b, n)),
+                     _int_array("retrive_next_sibling", retrive_next_sibling, (b, n))]
+            tokens = _int_array("draft_tokens", draft_tokens, (b * n,))
+            locs = _int_array("verify_cache_locs", verify_cache_locs, (b * n,))
+
+        def run():
+            if not drafting:
+                raise _CommandError(Status.BAD_PHASE, "load_tree needs a drafting round")
+            if not 1 <= n <= c.max_verify_num:
+                raise _CommandError(Status.BAD_ARGUMENT, f"the tree's n ({n}) must be between "
+                                    f"1 and `max_verify_num` ({c.max_verify_num})")
+            steps = num_speculative_tokens
+            if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) \
+                    or not 2 <= steps <= c.max_depths + 1:
+                raise _CommandError(Status.BAD_ARGUMENT, f"`num_speculative_tokens` must be "
+                                    f"between 2 and `max_depths` + 1 ({c.max_depths + 1}), "
+                                    f"not {steps!r}")
+            _check_range("draft_tokens", tokens, c.vocab_size)
+            error = loadable_tree_error(index, *links)
+            if error:
+                raise _CommandError(Status.BAD_ARGUMENT, error)
+            r.verify = {"n": n, "cache_locs": locs.copy(), "draft_tokens": tokens.copy(),
+                        "retrive_index": index.copy(), "retrive_next_token": links[0].copy(),
+                        "retrive_next_sibling": links[1].copy()}
+            r.depths_run = int(steps) - 1
+            r.phase = Phase.BUILT
+            self._store(Phase.BUILT)
+            return {"n": n}
+        return self._execute("load_tree", run)
+
     def verify(self, target_logits, temperatures, max_seq_lens, *, eos_token_id=-1,
                uniform_samples=None, uniform_samples_for_final_sampling=None, seeds=None,
                threshold_single=1.0, threshold_acc=1.0, top_k=None, top_p=None) -> Completion:
@@ -451,6 +505,8 @@ class Engine:
     def verify_size(self) -> int:
         """``n`` of the round's verify tree as the tree stands (0 with no round)."""
         r = self._round
+        if r is not None and r.phase == Phase.BUILT:  # (a loaded tree's n is the caller's)
+            return r.verify["n"]
         if r is None or r.state is None:
             return 0
         return verify_set_size(clamp_verify_num(r.config.verify_num, r.config.max_verify_num),
@@ -538,6 +594,35 @@ def _int_array(name, value, shape):
         raise ValueError(f"`{name}` must be an integer array of shape "
                          f"{shape if shape is not None else '[B]'}, not {got}")
     return value.astype(np.int64)
+
+
+def _int_array2(name, value, rows):
+    """``value`` checked to be an integer numpy array ``[rows, n]`` (any ``n``), as int64."""
+    if not isinstance(value, np.ndarray) or value.ndim != 2 or value.shape[0] != rows:
+        got = (value.shape, value.dtype) if isinstance(value, np.ndarray) else type(value)
+        raise ValueError(f"`{name}` must be an integer array of shape [B = {rows}, n], "
+                         f"not {got}")
+    return _int_array(name, value, value.shape)
+
+
+def loadable_tree_error(index, next_token, next_sibling) -> str | None:
+    """Why ``load_tree`` refuses the trees ``index``, ``next_token``, ``next_sibling``
+    (i64 [B, n]), or None when it accepts them: its own flat positions as ``retrive_index``,
+    links -1 or in ``1 .. n - 1``, no node the target of two links (so that a walk from the
+    root visits a node at most once)."""
+    b, n = index.shape
+    if (index != np.arange(b * n).reshape(b, n)).any():
+        return "`retrive_index[b, i]` must be b*n + i"
+    for name, links in (("retrive_next_token", next_token),
+                        ("retrive_next_sibling", next_sibling)):
+        if ((links != -1) & ((links < 1) | (links >= n))).any():
+            return f"`{name}` links must be -1 or a node 1 .. n - 1 (node 0 is the root)"
+    for row in range(b):
+        targets = np.concatenate([next_token[row], next_sibling[row]])
+        targets = targets[targets != -1]
+        if len(np.unique(targets)) != len(targets):
+            return f"request {row}: a node is the target of two links (not a tree)"
+    return None
 
 
 def _check_range(name, values, limit):

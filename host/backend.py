@@ -1,6 +1,6 @@
 """Backends: what runs the engine's commands (docs/host.md).
 
-A backend takes the five commands of the persistent engine (docs/kernels.md §11,
+A backend takes the six commands of the persistent engine (docs/kernels.md §11,
 docs/engine.md) with the golden engine's arguments and returns a :class:`CommandResult`: the
 golden :class:`golden.engine.Completion` of the command plus what the run cost, ``cycles``
 and ``bytes`` (``None`` where the backend cannot measure them, as the golden model cannot).
@@ -62,6 +62,12 @@ class Backend(ABC):
         """Build the verify tree (``golden.engine.Engine.build_verify``)."""
 
     @abstractmethod
+    def load_tree(self, draft_tokens, retrive_index, retrive_next_token, retrive_next_sibling,
+                  verify_cache_locs, *, num_speculative_tokens) -> CommandResult:
+        """A caller's verify tree in place of ``build_verify``'s
+        (``golden.engine.Engine.load_tree``)."""
+
+    @abstractmethod
     def verify(self, target_logits, temperatures, max_seq_lens, **settings) -> CommandResult:
         """The fused verify and its commit (``golden.engine.Engine.verify``)."""
 
@@ -105,6 +111,12 @@ class GoldenBackend(Backend):
 
     def build_verify(self, tree_mask_mode, verify_cache_locs) -> CommandResult:
         return CommandResult(self._engine.build_verify(tree_mask_mode, verify_cache_locs))
+
+    def load_tree(self, draft_tokens, retrive_index, retrive_next_token, retrive_next_sibling,
+                  verify_cache_locs, *, num_speculative_tokens) -> CommandResult:
+        return CommandResult(self._engine.load_tree(
+            draft_tokens, retrive_index, retrive_next_token, retrive_next_sibling,
+            verify_cache_locs, num_speculative_tokens=num_speculative_tokens))
 
     def verify(self, target_logits, temperatures, max_seq_lens, **settings) -> CommandResult:
         return CommandResult(self._engine.verify(target_logits, temperatures, max_seq_lens,

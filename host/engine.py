@@ -21,7 +21,7 @@ from golden.draft_round import (
     Frontier,
     forced_width,
 )
-from golden.engine import EngineConfig, SlotState
+from golden.engine import EngineConfig, SlotState, loadable_tree_error
 from golden.tree_mask import TreeMaskMode, verify_set_size
 from golden.update_state import clamp_verify_num
 
@@ -79,6 +79,7 @@ class _Round:
     config: DraftRoundConfig
     phase: str = "drafted"  # then "built", then "verified"
     depths_run: int = 0
+    n: int = 0  # the verify tree's size, once built or loaded
     cumu_count: int = 1
     tree: VerifyTree | None = None
     commands: list = field(default_factory=list)
@@ -256,10 +257,12 @@ class Engine:
     # --- build_verify and verify ------------------------------------------------------------
 
     def verify_size(self) -> int:
-        """``n`` of the drafted round's verify tree (``min(clamp(verify_num), cumu_count)``);
-        0 with no drafted round."""
+        """``n`` of the drafted round's verify tree (``min(clamp(verify_num), cumu_count)``;
+        a built or loaded tree's own); 0 with no drafted round."""
         r = self._round
-        if r is None or r.phase not in ("drafted", "built"):
+        if r is not None and r.phase == "built":
+            return r.n
+        if r is None or r.phase != "drafted":
             return 0
         return verify_set_size(clamp_verify_num(self.config.verify_num,
                                                 self.config.max_verify_num), r.cumu_count)
@@ -286,8 +289,45 @@ class Engine:
                 "draft_tokens", "positions", "retrive_index", "retrive_next_token",
                 "retrive_next_sibling", "tree_mask", "qo_indptr", "kv_indptr", "mask_indptr",
                 "kv_indices")})
-        r.phase = "built"
+        r.phase, r.n = "built", n
         return r.tree
+
+    def load_tree(self, draft_tokens, retrive_index, retrive_next_token, retrive_next_sibling,
+                  *, num_speculative_tokens, verify_cache_locs=None) -> int:
+        """A verify tree the caller built (SGLang's ``build_tree_kernel_efficient``, ...) in
+        place of the drafted round's, for :meth:`verify` (docs/engine.md, "Loading a
+        caller's tree"): ``retrive_index``, ``retrive_next_token``, ``retrive_next_sibling``
+        i64 [B, n] (``1 <= n <= max_verify_num``; ``retrive_index[b, i] == b*n + i``, links
+        -1 or a node ``1 .. n - 1``, no node the target of two links), ``draft_tokens`` i64
+        [B*n] (the candidates, in ``0 .. V - 1``), ``num_speculative_tokens`` ``S`` (``2 ..
+        depths + 1``), ``verify_cache_locs`` i64 [B*n] (the verify forward's KV slots, K7's
+        ``out_cache_loc``; default: from ``kv_slots``). ``req_to_token`` is not written: the
+        caller placed the verify forward's slots. Returns ``n``."""
+        r = self._require_phase("load_tree", "drafted")
+        b, c = len(r.slots), self.config
+        check_index_array("retrive_index", retrive_index, (b, None), hi=None)
+        n = retrive_index.shape[1]
+        if not 1 <= n <= c.max_verify_num:
+            raise ValueError(f"the tree's n (`retrive_index`'s columns) must be between 1 and "
+                             f"`max_verify_num` ({c.max_verify_num}), not {n}")
+        for name, links in (("retrive_next_token", retrive_next_token),
+                            ("retrive_next_sibling", retrive_next_sibling)):
+            check_index_array(name, links, (b, n), lo=-1, hi=n)
+        check_token_array("draft_tokens", draft_tokens, (b * n,), self.vocab_size)
+        steps = check_integer("num_speculative_tokens", num_speculative_tokens, 2,
+                              c.depths + 1)
+        error = loadable_tree_error(retrive_index, retrive_next_token, retrive_next_sibling)
+        if error:
+            raise ValueError(error)
+        if verify_cache_locs is not None:
+            check_index_array("verify_cache_locs", verify_cache_locs, (b * n,))
+        with self._all_or_nothing():
+            if verify_cache_locs is None:
+                verify_cache_locs = self.kv_slots.take((b * n,))
+            self._send("load_tree", draft_tokens, retrive_index, retrive_next_token,
+                       retrive_next_sibling, verify_cache_locs, num_speculative_tokens=steps)
+        r.phase, r.n, r.tree = "built", n, None
+        return n
 
     def verify(self, target_logits, temperatures, *, max_seq_lens=None, eos_token_id=-1,
                uniform_samples=None, uniform_samples_for_final_sampling=None, seeds=None,
@@ -307,7 +347,7 @@ class Engine:
         (1.0: off), or None. The slots' sequence lengths advance by ``accept_length``.
         """
         r = self._require_phase("verify", "built")
-        b, n, v = len(r.slots), r.tree.n, self.vocab_size
+        b, n, v = len(r.slots), r.n, self.vocab_size
         check_float_array("target_logits", target_logits, (b, n, v), finite=False)
         check_float_array("temperatures", temperatures, (b,), lo=0.0)
         if max_seq_lens is None:
@@ -406,7 +446,7 @@ class Engine:
         r = self._round
         if r is None or r.phase != phase:
             before = {"drafted": "a drafted round (draft_round)",
-                      "built": "a built verify tree (build_verify)"}[phase]
+                      "built": "a built verify tree (build_verify or load_tree)"}[phase]
             raise EngineError(command, "BAD_PHASE", f"{command} needs {before}")
         return r
 

@@ -261,6 +261,14 @@ class RtlBackend(Backend):
         return self._record("build_verify", self._build_verify(
             tree_mask_mode, verify_cache_locs), tree_mask_mode, verify_cache_locs)
 
+    def load_tree(self, draft_tokens, retrive_index, retrive_next_token, retrive_next_sibling,
+                  verify_cache_locs, *, num_speculative_tokens) -> CommandResult:
+        args = (draft_tokens, retrive_index, retrive_next_token, retrive_next_sibling,
+                verify_cache_locs)
+        return self._record("load_tree", self._load_tree(
+            *args, num_speculative_tokens=num_speculative_tokens), *args,
+            num_speculative_tokens=num_speculative_tokens)
+
     def verify(self, target_logits, temperatures, max_seq_lens, **settings) -> CommandResult:
         return self._record("verify", self._verify(
             target_logits, temperatures, max_seq_lens, **settings), target_logits,
@@ -310,6 +318,18 @@ class RtlBackend(Backend):
             r.verify_size = n = int(done["verify_size"])
             outputs = self.host.verify_outputs(r.batch, n, int(tree_mask_mode))
         return self._result("build_verify", done, outputs, cycles, data)
+
+    def _load_tree(self, *tree, num_speculative_tokens) -> CommandResult:
+        command = self.host.load_tree(*(np.asarray(array) for array in tree),
+                                      num_speculative_tokens=num_speculative_tokens)
+        done, cycles, data = self._run("load_tree", command)
+        outputs = {}
+        if done["status"] == Status.OK:
+            r = self._round
+            r.verify_size = n = int(done["verify_size"])
+            r.depths_run = int(num_speculative_tokens) - 1
+            outputs = {"n": n}
+        return self._result("load_tree", done, outputs, cycles, data)
 
     def _verify(self, target_logits, temperatures, max_seq_lens, **settings) -> CommandResult:
         command = self.host.verify(target_logits, temperatures, max_seq_lens, **settings)

@@ -19,6 +19,7 @@ class Opcode(enum.IntEnum):
     BUILD_VERIFY = 3
     VERIFY = 4
     READ_STATE = 5
+    LOAD_TREE = 6
 
 
 class Status(enum.IntEnum):

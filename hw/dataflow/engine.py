@@ -1,7 +1,8 @@
 """The persistent engine (docs/kernels.md §11, docs/engine.md): commands in, tree state on chip.
 
 ``PersistentEngine`` executes the commands ``begin_round``, ``draft_depth``, ``build_verify``,
-``verify`` and ``read_state`` bit-exact with ``golden.engine.Engine``. Every slot's cumulative
+``load_tree`` (a caller's verify tree in place of ``build_verify``'s), ``verify`` and
+``read_state`` bit-exact with ``golden.engine.Engine``. Every slot's cumulative
 tree, ``sort_scores``, ``work_scores`` and draft mask stay in K2's on-chip memories
 (``hw.kernels.update_state``) for the whole round; the round's batch, its frontier, the verify
 tree and its KV slots stay in the engine's own memories. Only model-facing data crosses the
@@ -42,6 +43,7 @@ from hw.lib.stream import RegisterSlice
 
 from .commands import ONE_BITS, ROOT_SCORE_BITS, Opcode, Phase, Status, StopReason
 from .draft_states import begin_round_states, draft_depth_states, save_round
+from .load_tree import load_tree_states
 from .mask_bytes import MaskBytes
 from .memory_ports import (
     COUNTER_BITS,
@@ -488,6 +490,11 @@ class PersistentEngine(wiring.Component):
             """Whether float32 ``bits`` is a number in [0, 1] (-0.0 included, NaN not)."""
             return (bits[:31] <= ONE_BITS) & (~bits[31] | (bits[:31] == 0))
 
+        def verify_size_is(value):
+            """The statements that set ``vn`` and the loop bounds that follow it."""
+            return [vn.eq(value), vn_last.eq(value - 1),
+                    request_last.eq(value + (p.verify_request_words - 1))]
+
         def clamp_verify(value):
             return Mux(value < 1, 1, Mux(value > MAXV, MAXV, value))
 
@@ -534,6 +541,8 @@ class PersistentEngine(wiring.Component):
                             m.next = "RUN_CHECK"
                         with m.Case(Opcode.READ_STATE):
                             m.next = "STATE_CHECK"
+                        with m.Case(Opcode.LOAD_TREE):
+                            m.next = "LOAD_CHECK"
                         with m.Default():
                             m.d.sync += status.eq(Status.BAD_ARGUMENT)
                             m.next = "COMPLETE"
@@ -543,6 +552,7 @@ class PersistentEngine(wiring.Component):
             build_verify_states(m, c)
             verify_states(m, c)
             read_state_states(m, c)
+            load_tree_states(m, c)
 
             with m.State("WATCHDOG_SAVE"):
                 # The command was cut off (its kernels reset): the round in flight ends

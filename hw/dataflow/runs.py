@@ -1,11 +1,12 @@
-"""Sequencer steps shared by the engine's commands: an on-chip memory's words into a write
-run, and the address of a ``req_to_token`` row."""
+"""Sequencer steps shared by the engine's commands: a read run's words into on-chip memories,
+an on-chip memory's words into a write run, and the address of a ``req_to_token`` row."""
 
 from amaranth.hdl import Signal
 
 from hw.lib.params import index_bits
 
-__all__ = ["copy_words", "table_address", "TABLE_ADDRESS_LATENCY", "TABLE_READY"]
+__all__ = ["copy_words", "store_run", "verify_locs_states", "table_address",
+           "TABLE_ADDRESS_LATENCY", "TABLE_READY"]
 
 #: Clocks from a ``table_address`` input to its output (see there).
 TABLE_ADDRESS_LATENCY = 2
@@ -34,6 +35,34 @@ def copy_words(m, *, step, at, index, count, read, address, writer):
         with m.If(writer.words.ready):
             m.d.sync += index.eq(index + 1)
     return done
+
+
+def store_run(m, c, *, ports):
+    """Store the reader's run (``c.words``), word ``x`` at address ``x`` of every memory write
+    port in ``ports``, ``c.i`` counting the words. Returns a signal that is high once the run
+    is over (the caller then moves on and resets ``c.i``)."""
+    m.d.comb += c.words.ready.eq(1)
+    for port in ports:
+        m.d.comb += [port.addr.eq(c.i), port.data.eq(c.words.payload),
+                     port.en.eq(c.words_taken)]
+    with m.If(c.words_taken):
+        m.d.sync += c.i.eq(c.i + 1)
+    return ~c.reader.busy & ~c.words.valid
+
+
+def verify_locs_states(m, c, *, name, address, then):
+    """Two sequencer states, ``{name}_START`` and ``{name}``, that read the verify forward's
+    ``B * n`` KV slots from ``address`` into ``verify_cache_locs`` and K7's copy (``n`` in its
+    register from the first), then go to state ``then``."""
+    with m.State(f"{name}_START"):
+        m.d.comb += [c.reader.start.eq(1), c.reader.address.eq(address),
+                     c.reader.count.eq(c.batch * c.vn)]
+        m.next = name
+
+    with m.State(name):
+        with m.If(store_run(m, c, ports=(c.locs_wr, c.locs2_wr))):
+            m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0)]
+            m.next = then
 
 
 def table_address(m, c, *, pool, offset, name):

@@ -11,7 +11,7 @@ from hw.lib.params import index_bits
 
 from .commands import Phase, Status
 from .records import REQUEST, RESULT, TREE
-from .runs import TABLE_READY, copy_words, table_address
+from .runs import TABLE_READY, copy_words, table_address, verify_locs_states
 
 __all__ = ["build_verify_states", "verify_states"]
 
@@ -29,9 +29,7 @@ def build_verify_states(m, c):
         clamped = c.clamp_verify(c.verify_num)
         size = Mux(c.cumu_count < clamped, c.cumu_count, clamped)
         vn = Mux(c.batch == 0, 0, size)
-        m.d.sync += [c.vn.eq(vn), c.vn_last.eq(vn - 1),
-                     c.request_last.eq(vn + (c.p.verify_request_words - 1)),
-                     c.mode.eq(c.cmd.tree_mask_mode),
+        m.d.sync += [*c.verify_size_is(vn), c.mode.eq(c.cmd.tree_mask_mode),
                      c.invalid.eq(0), c.mask_total.eq(0), c.kv_total.eq(0), c.running.eq(0),
                      c.seq_b.eq(0)]
         with m.If(((c.phase != Phase.DRAFTING) & (c.phase != Phase.DRAFTED))
@@ -42,24 +40,10 @@ def build_verify_states(m, c):
             m.d.sync += c.status.eq(Status.BAD_ARGUMENT)
             m.next = "COMPLETE"
         with m.Else():
-            m.next = "VERIFY_START"
+            m.next = "VERIFY_LOCS_START"
 
-    with m.State("VERIFY_START"):  # n is in its register now (it sizes the read)
-        m.d.comb += [c.reader.start.eq(1), c.reader.address.eq(c.cmd.address0),
-                     c.reader.count.eq(c.batch * c.vn)]
-        m.next = "VERIFY_LOCS"
-
-    with m.State("VERIFY_LOCS"):
-        # The verify forward's KV slots, kept for kv_indices and req_to_token.
-        m.d.comb += [c.words.ready.eq(1), c.locs_wr.addr.eq(c.i),
-                     c.locs_wr.data.eq(c.words.payload),
-                     c.locs_wr.en.eq(c.words_taken), c.locs2_wr.addr.eq(c.i),
-                     c.locs2_wr.data.eq(c.words.payload), c.locs2_wr.en.eq(c.words_taken)]
-        with m.If(c.words_taken):
-            m.d.sync += c.i.eq(c.i + 1)
-        with m.If(~c.reader.busy & ~c.words.valid):
-            m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0)]
-            m.next = "VERIFY_SIZES"
+    # The verify forward's KV slots, kept for kv_indices, req_to_token and K7.
+    verify_locs_states(m, c, name="VERIFY_LOCS", address=c.cmd.address0, then="VERIFY_SIZES")
 
     sizes = _request_sizes(m, c)
     with m.State("VERIFY_SIZES"):

@@ -77,7 +77,8 @@ class EngineTarget(SimTarget):
 
 TARGET = EngineTarget(
     "dataflow",
-    "persistent engine (begin_round, draft_depth, build_verify, verify, read_state) vs "
+    "persistent engine (begin_round, draft_depth, build_verify, load_tree, verify, "
+    "read_state) vs "
     "golden.engine: random rounds with bad commands, memory latency and stalls, port "
     "counters; CASE= command sequences",
     component="hw.dataflow.engine:PersistentEngine",
@@ -89,6 +90,7 @@ TARGET = EngineTarget(
         "latency": [1, 8],  # memory latency range of the stressed phase (clocks)
         "stall": 0.3,  # probability of a stalled memory channel per clock (stressed)
         "bad_commands": 0.2,  # probability of a bad command before each good one
+        "load_trees": 0.2,  # share of the stressed rounds that verify a caller's tree
         "vocab_size": 32,  # V of the rounds (a verify reads its logits rows whole)
         "context_len": 48,  # C, words per req_to_token row (room for a round past seq_len)
         "memory_bytes": 1 << 18,

@@ -3,6 +3,8 @@ payloads, the frontier records read back as ``golden.engine`` outputs (the memor
 docs/engine.md, packed and unpacked with ``hw.dataflow.records``), and the runs of words each
 memory port moves for a command (what its ``PortCounters`` must count)."""
 
+import numbers
+
 import numpy as np
 
 from golden.engine import Status
@@ -158,6 +160,8 @@ class EngineHost:
           records, the three indptrs and ``kv_indices`` out on ``result_write``, the mask
           bytes (whole words) on ``mask_write``, the verify slots into each row from
           ``seq_len``.
+        * ``load_tree``: nothing when refused for its phase, ``n`` or ``S``; else the verify
+          KV slots and the tree records in (all, checked before the round changes).
         * ``verify``: nothing when refused for its phase; else the request records in (all,
           checked before anything is written); when they are good the result records and
           ``verified_id`` out, each request's accepted KV slots into its row, and
@@ -192,6 +196,10 @@ class EngineHost:
                                     (self.kv_indices, int(step.verify["kv_indptr"][-1]))]
             runs["mask_write"] = [(self.mask, -(-int(step.verify["mask_indptr"][-1]) // 4))]
             runs["table_write"] = [(row + 4 * seq, n) for row, seq in rows]
+        elif opcode == Opcode.LOAD_TREE and status in (Status.OK, Status.BAD_ARGUMENT):
+            runs["read"] = list(layout["reads"])
+            if ok:
+                self._verify_size = layout["n"]
         elif opcode == Opcode.VERIFY and status in (Status.OK, Status.BAD_ARGUMENT):
             n, rows = self._verify_size, self._round
             runs["read"] = [(self.verify_requests, len(rows) * (p.verify_request_words + n))]
@@ -214,6 +222,33 @@ class EngineHost:
                              address0=self.verify_locs, address1=self.tree,
                              address2=self.mask, address3=self.indptrs,
                              address4=self.kv_indices)
+
+    def load_tree(self, draft_tokens, retrive_index, retrive_next_token, retrive_next_sibling,
+                  verify_cache_locs, *, num_speculative_tokens):
+        """Write a caller's tree records (``records.TREE``, ``position`` 0) and the verify
+        forward's KV slots; return the ``load_tree`` command (arguments as
+        ``golden.engine.Engine.load_tree``). A tree larger than the build's regions is not
+        written (the engine refuses its ``n`` or batch before reading)."""
+        p = self.params
+        b, n = np.shape(retrive_index)
+        fits = 1 <= n <= p.max_verify_num and b <= p.max_batch
+        if fits:
+            records = TREE.pack(b * n, retrive_index=np.reshape(retrive_index, -1),
+                                retrive_next_token=np.reshape(retrive_next_token, -1),
+                                retrive_next_sibling=np.reshape(retrive_next_sibling, -1),
+                                position=0, draft_token=np.reshape(draft_tokens, -1))
+            self.memory.write_words(self.tree, records.reshape(-1))
+            self.memory.write_words(self.verify_locs, np.asarray(verify_cache_locs).reshape(-1))
+        steps = num_speculative_tokens
+        depths = int(steps) - 1 if isinstance(steps, numbers.Integral) and not isinstance(
+            steps, bool) and 1 <= steps <= 256 else 0  # (0: refused, as the golden does)
+        command = self._command(Opcode.LOAD_TREE, verify_num=n, depths=depths,
+                                address0=self.tree, address1=self.verify_locs)
+        checked = fits and 1 <= depths <= p.max_depths
+        self._layouts[command["tag"]] = dict(
+            reads=[(self.verify_locs, b * n), (self.tree, b * n * p.tree_words)] if checked
+            else [], n=n)
+        return command
 
     def row_pitch(self, vocab_size):
         """Bytes between two ``target_logits`` rows (:func:`row_pitch`)."""

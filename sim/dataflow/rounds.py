@@ -22,8 +22,26 @@ from sim.tree_verify.results import expected
 
 from .host import STOP_REASONS, EngineHost, run_beats
 
-__all__ = ["Scenario", "Step", "budget_widths", "check_step", "check_port_counters",
-           "engine_config"]
+__all__ = ["Scenario", "Step", "budget_widths", "caller_tree", "check_step",
+           "check_port_counters", "engine_config"]
+
+
+def caller_tree(rng, batch, n, vocab) -> dict:
+    """A random verify tree per request as SGLang's ``build_tree_kernel_efficient`` links it
+    (``load_tree``'s arguments but the KV slots): node ``i > 0`` under a random earlier node,
+    a parent's ``retrive_next_token`` its last child, each child's ``retrive_next_sibling``
+    the child before it; ``retrive_index`` the flat positions, random tokens."""
+    shape = (batch, n)
+    tree = {"draft_tokens": rng.integers(0, vocab, batch * n, dtype=np.int64),
+            "retrive_index": np.arange(batch * n, dtype=np.int64).reshape(shape),
+            "retrive_next_token": np.full(shape, -1, np.int64),
+            "retrive_next_sibling": np.full(shape, -1, np.int64)}
+    for b in range(batch):
+        for i in range(1, n):
+            parent = int(rng.integers(0, i))
+            tree["retrive_next_sibling"][b, i] = tree["retrive_next_token"][b, parent]
+            tree["retrive_next_token"][b, parent] = i
+    return tree
 
 
 def engine_config(params, vocab_size, cost_per_node=0.0) -> EngineConfig:
@@ -70,6 +88,7 @@ class Step:
     run: dict = field(default_factory=dict)  # golden outputs of verify
     state: object = None  # golden SlotState of read_state
     input_count: int = 0  # the frontier's input count before the depth
+    loaded: int = 0  # n of a load_tree the golden accepted
     req_to_token: np.ndarray | None = None
 
 
@@ -85,10 +104,13 @@ class Scenario:
         The runtime configuration.
     bad_commands : float
         Probability of a bad command before each good one.
+    load_trees : float
+        Probability that a round's verify tree is a caller's (``load_tree`` of a random
+        tree) instead of ``build_verify``'s.
     """
 
     def __init__(self, params, memory, *, seed, vocab_size=97, pool_rows=12, context_len=48,
-                 bad_commands=0.2, cost_per_node=0.0):
+                 bad_commands=0.2, cost_per_node=0.0, load_trees=0.0):
         self.params = params
         self.rng = np.random.default_rng(seed)
         self.choice = random.Random(seed)
@@ -98,6 +120,7 @@ class Scenario:
         self.host = EngineHost(params, memory, table)
         self.config = self.host.config(vocab_size, cost_per_node)
         self.bad_commands = bad_commands
+        self.load_trees = load_trees
         self._input_count = 1
 
     # --- commands ---------------------------------------------------------------------------
@@ -191,9 +214,12 @@ class Scenario:
                 if r.phase.name == "DRAFTING":  # built early: a depth of the frontier's shape
                     probas, tokens = self._draft_inputs(*r.frontier.node_ids.shape)
                 yield self._draft(probas, tokens, width=None)
-            if self.choice.random() < self.bad_commands:
-                yield self._build(3)  # a bad mask layout
-            yield self._build(int(self.rng.integers(0, 3)))
+            if self.load_trees and self.choice.random() < self.load_trees:
+                yield from self._load_trees()
+            else:
+                if self.choice.random() < self.bad_commands:
+                    yield self._build(3)  # a bad mask layout
+                yield self._build(int(self.rng.integers(0, 3)))
             if self.choice.random() < self.bad_commands:  # built: drafting is a phase error
                 yield self._draft(probas, tokens, width=None)
             if self.choice.random() < self.bad_commands:
@@ -252,6 +278,58 @@ class Scenario:
                     req_to_token=self.golden.req_to_token.copy(), tree_mask_mode=mode)
         if completion.ok:
             step.verify = dict(completion.outputs)
+        return step
+
+    def _load_trees(self):
+        """``load_tree`` of a random caller's tree, after a bad one (a defect of
+        :meth:`_bad_tree`) with probability ``bad_commands``."""
+        r = self.golden._round
+        b = len(r.slots)
+        n = int(self.rng.integers(1, self.params.max_verify_num + 1))
+        steps = int(self.rng.integers(2, self.params.max_depths + 2))
+        tree = caller_tree(self.rng, b, n, self.vocab)
+        if self.choice.random() < self.bad_commands:
+            yield self._load(*self._bad_tree(tree, steps))
+        yield self._load(tree, steps)
+
+    def _bad_tree(self, tree, steps):
+        """``tree`` and ``steps`` with one defect that ``load_tree`` refuses."""
+        p, b = self.params, len(tree["retrive_index"])
+        n = tree["retrive_index"].shape[1]
+        tree = {name: value.copy() for name, value in tree.items()}
+        kinds = ["size", "steps"] + (["token", "index", "link", "root", "twice"] if b else [])
+        kind = self.choice.choice(kinds)
+        x, i = (int(self.rng.integers(0, b)), int(self.rng.integers(0, n))) if b else (0, 0)
+        links = self.choice.choice(["retrive_next_token", "retrive_next_sibling"])
+        if kind == "size":
+            return caller_tree(self.rng, b, self.choice.choice(
+                [0, p.max_verify_num + 1]), self.vocab), steps
+        if kind == "steps":
+            return tree, self.choice.choice([1, p.max_depths + 2])
+        if kind == "token":
+            tree["draft_tokens"][x * n + i] = self.choice.choice([self.vocab, -1])
+        elif kind == "index":
+            tree["retrive_index"][x, i] = (x * n + i + 1) % (b * n + 1)
+        elif kind == "link":
+            tree[links][x, i] = self.choice.choice([n, -2])
+        elif kind == "root":
+            tree[links][x, i] = 0
+        else:  # two links to one node (or n = 1: a link out of range)
+            tree[links][x, i] = 1 if n > 1 else n
+            tree["retrive_next_sibling" if links == "retrive_next_token"
+                 else "retrive_next_token"][x, (i + 1) % n] = 1 if n > 1 else n
+        return tree, steps
+
+    def _load(self, tree, steps):
+        b, n = tree["retrive_index"].shape
+        locs = self.rng.integers(0, 1 << 20, b * n, dtype=np.int64)
+        completion = self.golden.load_tree(**tree, verify_cache_locs=locs,
+                                           num_speculative_tokens=steps)
+        step = Step("load_tree", self.host.load_tree(**tree, verify_cache_locs=locs,
+                                                     num_speculative_tokens=steps),
+                    completion.status, req_to_token=self.golden.req_to_token.copy())
+        if completion.ok:
+            step.loaded = completion.outputs["n"]
         return step
 
     def _verify_arguments(self, b, n):
@@ -465,6 +543,9 @@ def check_step(step: Step, completion, host: EngineHost):
             assert np.array_equal(got[name], expected) and (
                 np.asarray(got[name]).dtype == np.asarray(expected).dtype or name != "tree_mask"), \
                 f"{where}: `{name}`\n{got[name]}\ngolden\n{expected}"
+    if step.loaded:
+        assert completion["verify_size"] == step.loaded, \
+            f"{where}: n {completion['verify_size']}, golden {step.loaded}"
     if step.run:
         run = step.run
         b = len(run["accept_length"])

@@ -152,12 +152,13 @@ def _scenario(cfg) -> dict:
             "context_len": cfg["context_len"]}
 
 
-async def _phase(dut, name, settings) -> None:
+async def _phase(dut, name, settings, scenario=lambda cfg: {}) -> None:
     """A plain-run phase: ``settings(cfg)`` gives its rounds, memory latency and stall and
-    the stream stress."""
+    the stream stress, ``scenario(cfg)`` more ``Scenario`` settings."""
     bench = await KernelBench.start(dut, BenchParams)
     rounds, latency, stall, stress = settings(bench.cfg)
-    engine = Engine(bench, latency=latency, stall=stall, seed=bench.seed, **_scenario(bench.cfg))
+    engine = Engine(bench, latency=latency, stall=stall, seed=bench.seed,
+                    **_scenario(bench.cfg), **scenario(bench.cfg))
     commands = await engine.run(engine.scenario.steps(rounds), **stress)
     figures = engine.figures()
     bench.log(f"{name}: {rounds} rounds, {commands} commands bit-exact with golden.engine, "
@@ -181,10 +182,12 @@ async def figures(dut):
 @cocotb.test()
 async def random(dut):
     """``random_rounds`` rounds under random memory latency and stalls on every channel,
-    random idle on ``command`` and back-pressure on ``completion``."""
+    random idle on ``command`` and back-pressure on ``completion``; a ``load_trees`` share of
+    them verify a caller's tree (``load_tree``) instead of ``build_verify``'s."""
     await _phase(dut, "random", lambda cfg: (
         cfg["random_rounds"], tuple(cfg["latency"]), cfg["stall"],
-        {"idle": cfg["idle"], "backpressure": cfg["backpressure"]}))
+        {"idle": cfg["idle"], "backpressure": cfg["backpressure"]}),
+        scenario=lambda cfg: {"load_trees": cfg["load_trees"]})
 
 
 @cocotb.test()
