@@ -37,6 +37,7 @@ from .reject_sample import (
 from .sampling import (
     FILTER_APPLY_ORDERS,
     REJMASK_MAX_CHILDREN,
+    check_rejmask_tree,
     process_accept_index_evict_mask_fused,
     top_k_renorm_probs,
     top_k_top_p_sampling_from_probs,
@@ -126,5 +127,6 @@ __all__ = [
     "FILTER_APPLY_ORDERS",
     "tree_speculative_sampling_target_only_rejmask",
     "REJMASK_MAX_CHILDREN",
+    "check_rejmask_tree",
     "process_accept_index_evict_mask_fused",
 ]

@@ -264,6 +264,33 @@ def tree_speculative_sampling_target_only(
 
     Returns None. Raises ValueError before writing anything for invalid arguments.
     """
+    v, b, n, s, (coins, coin_final, target, draft, thr_single, thr_acc) = sampling_arguments(
+        predicts, accept_index, accept_token_num, candidates, retrive_index,
+        retrive_next_token, retrive_next_sibling, uniform_samples,
+        uniform_samples_for_final_sampling, target_probs, draft_probs, threshold_single,
+        threshold_acc, deterministic)
+
+    results, all_draft_writes = [], []
+    for req in range(b):
+        writes, accept_row, accepted, draft_writes = _sample_request(
+            req, n, s, v, coins, coin_final, target, thr_single, thr_acc)
+        results.append((writes, accept_row, accepted))
+        all_draft_writes.append(draft_writes)
+
+    for req, draft_writes in enumerate(all_draft_writes):
+        for node_row, tok, q in draft_writes:
+            draft[req, node_row, tok] = q
+    _commit(v, results)
+
+
+def sampling_arguments(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                       retrive_next_token, retrive_next_sibling, uniform_samples,
+                       uniform_samples_for_final_sampling, target_probs, draft_probs,
+                       threshold_single, threshold_acc, deterministic):
+    """:func:`tree_speculative_sampling_target_only`'s checks (``ValueError`` before anything
+    is written), shared with its hardware runner (``host.k6_rtl``). Returns ``(views, B, n,
+    S, (coins, final coins, target, draft, threshold_single, threshold_acc))``, the
+    thresholds as float32, ``threshold_acc`` at least 1e-9."""
     v, b, n, s = _tree_views(predicts, accept_index, accept_token_num, candidates,
                              retrive_index, retrive_next_token, retrive_next_sibling)
     thr_single = _threshold("threshold_single", threshold_single)
@@ -284,18 +311,7 @@ def tree_speculative_sampling_target_only(
         raise ValueError("`target_probs` must not contain NaN")
     if (draft != 0).any():
         raise ValueError("`draft_probs` must be all zero on entry")
-
-    results, all_draft_writes = [], []
-    for req in range(b):
-        writes, accept_row, accepted, draft_writes = _sample_request(
-            req, n, s, v, coins, coin_final, target, thr_single, thr_acc)
-        results.append((writes, accept_row, accepted))
-        all_draft_writes.append(draft_writes)
-
-    for req, draft_writes in enumerate(all_draft_writes):
-        for node_row, tok, q in draft_writes:
-            draft[req, node_row, tok] = q
-    _commit(v, results)
+    return v, b, n, s, (coins, coin_final, target, draft, thr_single, thr_acc)
 
 
 # --- greedy ----------------------------------------------------------------------------------
@@ -325,11 +341,9 @@ def verify_tree_greedy(
 
     Returns None. Raises ValueError before writing anything for invalid arguments.
     """
-    v, b, n, s = _tree_views(predicts, accept_index, accept_token_num, candidates,
-                             retrive_index, retrive_next_token, retrive_next_sibling)
-    target = in_view("target_predict", target_predict, (b * n,), np.int64)
-    check_index_range("candidates", v["candidates"], 0, _INT32_MAX + 1, "2**31")
-    check_index_range("target_predict", target, 0, _INT32_MAX + 1, "2**31")
+    v, b, n, s, target = greedy_arguments(predicts, accept_index, accept_token_num, candidates,
+                                          retrive_index, retrive_next_token,
+                                          retrive_next_sibling, target_predict)
 
     results = []
     for req in range(b):
@@ -342,6 +356,18 @@ def verify_tree_greedy(
         writes.append((last, int(target[last])))
         results.append((writes, accept_row, accepted))
     _commit(v, results)
+
+
+def greedy_arguments(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                     retrive_next_token, retrive_next_sibling, target_predict):
+    """:func:`verify_tree_greedy`'s checks, shared with its hardware runner
+    (``host.k6_rtl``). Returns ``(views, B, n, S, target_predict as int64 [B*n])``."""
+    v, b, n, s = _tree_views(predicts, accept_index, accept_token_num, candidates,
+                             retrive_index, retrive_next_token, retrive_next_sibling)
+    target = in_view("target_predict", target_predict, (b * n,), np.int64)
+    check_index_range("candidates", v["candidates"], 0, _INT32_MAX + 1, "2**31")
+    check_index_range("target_predict", target, 0, _INT32_MAX + 1, "2**31")
+    return v, b, n, s, target
 
 
 # --- LFSR coins ------------------------------------------------------------------------------

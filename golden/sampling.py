@@ -55,6 +55,7 @@ from .reject_sample import _tree_views, tree_speculative_sampling_target_only
 __all__ = [
     "FILTER_APPLY_ORDERS",
     "REJMASK_MAX_CHILDREN",
+    "check_rejmask_tree",
     "top_k_renorm_probs",
     "top_p_renorm_probs",
     "top_k_top_p_sampling_from_probs",
@@ -336,16 +337,25 @@ def tree_speculative_sampling_target_only_rejmask(
     ``draft_probs``. A node with more than :data:`REJMASK_MAX_CHILDREN` children is refused
     (``ValueError``): upstream defines and tests the mask for ``topk <= 4`` only.
     """
-    v, b, n, _s = _tree_views(predicts, accept_index, accept_token_num, candidates,
-                              retrive_index, retrive_next_token, retrive_next_sibling)
-    if not isinstance(target_probs, np.ndarray) or target_probs.ndim not in (2, 3):
-        raise ValueError("`target_probs` must be a numpy array [B, n, V] or [B*n, V]")
-    _check_fan_out(v, b, n)
+    check_rejmask_tree(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                       retrive_next_token, retrive_next_sibling, target_probs)
     arguments = (predicts, accept_index, accept_token_num, candidates, retrive_index,
                  retrive_next_token, retrive_next_sibling, uniform_samples,
                  uniform_samples_for_final_sampling, target_probs)
     tree_speculative_sampling_target_only(*arguments, np.zeros(target_probs.shape, np.float32),
                                           threshold_single, threshold_acc, deterministic)
+
+
+def check_rejmask_tree(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                       retrive_next_token, retrive_next_sibling, target_probs) -> None:
+    """What :func:`tree_speculative_sampling_target_only_rejmask` checks beyond
+    ``tree_speculative_sampling_target_only`` (``ValueError``): the tree arrays, a
+    ``target_probs`` array, at most :data:`REJMASK_MAX_CHILDREN` children per node."""
+    v, b, n, _s = _tree_views(predicts, accept_index, accept_token_num, candidates,
+                              retrive_index, retrive_next_token, retrive_next_sibling)
+    if not isinstance(target_probs, np.ndarray) or target_probs.ndim not in (2, 3):
+        raise ValueError("`target_probs` must be a numpy array [B, n, V] or [B*n, V]")
+    _check_fan_out(v, b, n)
 
 
 # --- sgl-kernel's fused accept-index compaction ------------------------------------------------

@@ -18,6 +18,8 @@ Integer arguments take int32 or int64 (any integer dtype) and are handed to the 
 dtype it demands: inputs converted (a copy where the dtype differs). Every output is computed
 into a working copy of the golden's dtype and written back after the op succeeded, all values
 checked to fit the caller's dtypes first. So an op that raises leaves every output as it was.
+An output element whose value the golden's dtype cannot hold (an int64 ``1 << 40`` where the
+golden writes int32) keeps its value unless the op writes it.
 """
 
 from __future__ import annotations
@@ -126,10 +128,20 @@ class Output:
         if not self.array.flags.writeable:
             raise ValueError(f"`{name}` must be writable (outputs are written in place)")
         dtype = self.array.dtype if dtype is None else np.dtype(dtype)
+        # (where, the caller's values there): values the golden's dtype cannot hold, which
+        # the golden sees as its dtype's minimum (a value no op writes)
+        self._kept = None
         if fill is not None:
             self.work = np.full(self.array.shape, fill, dtype)
         else:
             self.work = np.array(self.array, dtype=dtype, order="C")  # always a copy
+            if self.work.dtype.kind in "iu" and self.array.dtype.kind in "iu" and \
+                    self.work.dtype.itemsize < self.array.dtype.itemsize and self.work.size:
+                info = np.iinfo(self.work.dtype)
+                where = (self.array < info.min) | (self.array > info.max)
+                if where.any():  # an element the op does not write must keep its value
+                    self._kept = where, self.array[where].copy()
+                    self.work[where] = info.min
 
     def check_fits(self) -> None:
         """Raise ``ValueError`` if ``work`` holds a value the caller's dtype cannot."""
@@ -141,8 +153,17 @@ class Output:
                              f"{self.array.dtype}; pass {self.work.dtype}")
 
     def write(self) -> None:
-        """Copy ``work`` into the caller's array (and on to its device)."""
-        self.array[...] = self.work
+        """Copy ``work`` into the caller's array (and on to its device). An element whose
+        caller value the golden's dtype could not hold (an int64 ``1 << 40`` in an int32
+        output) keeps that value unless the op wrote it (the op saw the dtype's minimum
+        there, which no op writes: ids, counts and -1)."""
+        result = self.work
+        if self._kept is not None:
+            where, values = self._kept
+            result = self.work.astype(self.array.dtype)
+            untouched = self.work[where] == np.iinfo(self.work.dtype).min
+            result[where] = np.where(untouched, values, self.work[where])
+        self.array[...] = result
         if self.copy_back is not None:
             self.copy_back()
 

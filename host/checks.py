@@ -131,10 +131,10 @@ def check_probability(name, value) -> float:
 
 
 def check_backend(module, op_name, backend, choices, missing) -> None:
-    """A drop-in op's ``backend`` (issue 33): one of ``choices``; ``"rtl"`` raises
-    ``NotImplementedError`` naming what it still needs, ``missing[op_name]``."""
+    """A drop-in op's ``backend`` (issue 33): one of ``choices``; ``"rtl"`` for an op in
+    ``missing`` raises ``NotImplementedError`` naming what it still needs, ``missing[op_name]``."""
     check_choice("backend", backend, choices)
-    if backend == "rtl":
+    if backend == "rtl" and op_name in missing:
         raise NotImplementedError(
             f"{module}.{op_name}(backend='rtl') is not implemented yet: {missing[op_name]}; "
             "use backend='golden' (issue 33)")

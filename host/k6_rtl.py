@@ -33,8 +33,7 @@ from collections import deque
 
 import numpy as np
 
-from golden._abi import check_index_range, in_view, out_view
-from golden.reject_sample import _check_deterministic, _threshold, _tree_views
+from golden.reject_sample import greedy_arguments, sampling_arguments
 
 __all__ = ["FIXED", "LEAST", "K6Model", "build_parameters", "model",
            "tree_speculative_sampling_target_only", "verify_tree_greedy"]
@@ -45,7 +44,6 @@ FIXED = {"lanes": 8, "read_slots": 16, "segment_words": 32, "token_width": 32,
 #: The smallest build: ``max_nodes``, ``max_steps``, ``max_vocab_size``.
 LEAST = {"max_nodes": 16, "max_steps": 8, "max_vocab_size": 4096}
 
-_INT32_MAX = (1 << 31) - 1
 # Clocks a request may take before the run is called hung: per node decision (a memory read,
 # the add, the divider), per final-row word (two passes and the rescan), and a fixed part.
 _CLOCKS_PER_DECISION = 64
@@ -271,26 +269,11 @@ def tree_speculative_sampling_target_only(
     (None: standard error)."""
     from sim.reject_sample.call import Call
 
-    v, b, n, s = _tree_views(predicts, accept_index, accept_token_num, candidates,
-                             retrive_index, retrive_next_token, retrive_next_sibling)
-    _threshold("threshold_single", threshold_single)
-    _threshold("threshold_acc", threshold_acc)
-    _check_deterministic(deterministic)
-    coins = in_view("uniform_samples", uniform_samples, (b, n), np.float32)
-    coin_final = in_view("uniform_samples_for_final_sampling",
-                         uniform_samples_for_final_sampling, (b,), np.float32)
-    if not isinstance(target_probs, np.ndarray) or target_probs.ndim not in (2, 3):
-        raise ValueError("`target_probs` must be a numpy array [B, n, V] or [B*n, V]")
-    vocab = target_probs.shape[-1]
-    if vocab < 1:
-        raise ValueError("`target_probs` must have a vocabulary dimension V >= 1")
-    target = in_view("target_probs", target_probs, (b, n, vocab), np.float32)
-    draft = out_view("draft_probs", draft_probs, (b, n, vocab), np.float32)
-    check_index_range("candidates", v["candidates"], 0, vocab, "V")
-    if np.isnan(target).any():
-        raise ValueError("`target_probs` must not contain NaN")
-    if (draft != 0).any():
-        raise ValueError("`draft_probs` must be all zero on entry")
+    v, b, n, s, (coins, coin_final, target, draft, _, _) = sampling_arguments(
+        predicts, accept_index, accept_token_num, candidates, retrive_index,
+        retrive_next_token, retrive_next_sibling, uniform_samples,
+        uniform_samples_for_final_sampling, target_probs, draft_probs, threshold_single,
+        threshold_acc, deterministic)
     call = Call("rtl", "sampling", v["candidates"], v["retrive_index"],
                 v["retrive_next_token"], v["retrive_next_sibling"], s, target_probs=target,
                 uniform_samples=coins, final_coins=coin_final,
@@ -316,11 +299,9 @@ def verify_tree_greedy(
     :func:`tree_speculative_sampling_target_only`."""
     from sim.reject_sample.call import Call
 
-    v, b, n, s = _tree_views(predicts, accept_index, accept_token_num, candidates,
-                             retrive_index, retrive_next_token, retrive_next_sibling)
-    target = in_view("target_predict", target_predict, (b * n,), np.int64)
-    check_index_range("candidates", v["candidates"], 0, _INT32_MAX + 1, "2**31")
-    check_index_range("target_predict", target, 0, _INT32_MAX + 1, "2**31")
+    v, b, n, s, target = greedy_arguments(predicts, accept_index, accept_token_num, candidates,
+                                          retrive_index, retrive_next_token,
+                                          retrive_next_sibling, target_predict)
     call = Call("rtl", "greedy", v["candidates"], v["retrive_index"], v["retrive_next_token"],
                 v["retrive_next_sibling"], s, target_predict=target)
     _run(call, {"predicts": v["predicts"], "accept_index": v["accept_index"],

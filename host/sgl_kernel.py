@@ -21,6 +21,9 @@ arrays may be int32 or int64.
   ``build_tree_kernel_efficient``, ``reconstruct_indices_from_tree_mask`` and
   ``segment_packbits`` raise ``NotImplementedError`` saying why (:data:`RTL_MISSING`).
 
+The sampling filters, the sampler and the two newer EAGLE helpers of :mod:`host.sgl_sampling`
+are re-exported here, so that one module stands in for ``sgl_kernel``.
+
 Every op raises ``ValueError`` before writing anything for bad input (the goldens' checks,
 plus the adapter's; on ``"rtl"`` also a shape no K6 build takes), and writes its outputs
 only after it succeeded.
@@ -37,10 +40,22 @@ import golden
 
 from .arrays import commit, exact_input, int_input, mask_input, output
 from .checks import check_backend, check_choice, check_integer
+from .sgl_sampling import (  # sgl-kernel's sampling ops and EAGLE helpers, re-exported
+    process_accept_index_evict_mask_fused,
+    top_k_renorm_prob,
+    top_k_renorm_probs,
+    top_k_top_p_sampling_from_probs,
+    top_p_renorm_prob,
+    top_p_renorm_probs,
+    tree_speculative_sampling_target_only_rejmask,
+)
 
 __all__ = ["BACKENDS", "RTL_MISSING", "build_tree_kernel_efficient",
-           "reconstruct_indices_from_tree_mask", "segment_packbits",
-           "tree_speculative_sampling_target_only", "verify_tree_greedy"]
+           "process_accept_index_evict_mask_fused", "reconstruct_indices_from_tree_mask",
+           "segment_packbits", "top_k_renorm_prob", "top_k_renorm_probs",
+           "top_k_top_p_sampling_from_probs", "top_p_renorm_prob", "top_p_renorm_probs",
+           "tree_speculative_sampling_target_only",
+           "tree_speculative_sampling_target_only_rejmask", "verify_tree_greedy"]
 
 BACKENDS = ("golden", "rtl")
 

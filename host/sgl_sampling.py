@@ -20,7 +20,9 @@ else from a fresh ``numpy.random.default_rng()``. FlashInfer draws philox number
 rejection loop: the same distribution, never the same tokens.
 
 ``backend`` (keyword only, per call): ``"golden"`` (the default) runs the numpy goldens of
-``golden/sampling.py``; ``"rtl"`` raises ``NotImplementedError`` naming what is missing
+``golden/sampling.py``; ``"rtl"`` runs ``tree_speculative_sampling_target_only_rejmask`` on
+K6's Verilator model (:mod:`host.k6_rtl`, with a zero scratch ``draft_probs``, as the golden
+does) and raises ``NotImplementedError`` naming what is missing for the others
 (:data:`RTL_MISSING`). Every op raises ``ValueError`` naming the argument before writing
 anything.
 """
@@ -53,9 +55,6 @@ RTL_MISSING = {
     "top_p_renorm_probs": _NO_FILTER_KERNEL,
     "top_k_top_p_sampling_from_probs": "the hardware samples only inside the engine's draft "
     "round and fused verify; it has no sampler for caller-given probability rows",
-    "tree_speculative_sampling_target_only_rejmask": "the engine's fused verify cannot yet "
-    "load a caller-built tree (an engine command that loads the caller's retrieve arrays and "
-    "target probabilities)",
     "process_accept_index_evict_mask_fused": "the hardware has no kernel for it (the engine "
     "compacts the accepted tokens of its own verify only)",
 }
@@ -286,6 +285,10 @@ def tree_speculative_sampling_target_only_rejmask(
     keywords); integer arrays int32 or int64, coins and ``target_probs`` float32.
     """
     _run_on("tree_speculative_sampling_target_only_rejmask", backend)
+    if backend == "rtl":  # K6 without draft_probs: a zero scratch row, as the golden does
+        from .k6_rtl import tree_speculative_sampling_target_only as target_only
+    else:
+        target_only = golden.tree_speculative_sampling_target_only
     outs = [output(name, value, "integer", np.int64) for name, value in
             (("predicts", predicts), ("accept_index", accept_index),
              ("accept_token_num", accept_token_num))]
@@ -301,8 +304,9 @@ def tree_speculative_sampling_target_only_rejmask(
     # it never writes there (its outputs are ids >= 0), and only what it wrote reaches the
     # int64 working copies, so elements it leaves keep whatever the caller's dtype holds.
     scratch = [np.full(out.work.shape, _UNWRITTEN, np.int32) for out in outs]
-    golden.tree_speculative_sampling_target_only_rejmask(
-        *scratch, *tree, *floats, threshold_single, threshold_acc, deterministic)
+    golden.check_rejmask_tree(*scratch, *tree, floats[-1])
+    target_only(*scratch, *tree, *floats, np.zeros(floats[-1].shape, np.float32),
+                threshold_single, threshold_acc, deterministic)
     for out, written in zip(outs, scratch, strict=True):
         out.work[written != _UNWRITTEN] = written[written != _UNWRITTEN]
     commit(*outs)

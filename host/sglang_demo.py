@@ -7,9 +7,10 @@ steps, ``organize_draft_results``), the verify tree built by
 golden: the hardware builds trees only from its own draft round), the target's logits of
 every tree position, then ``EagleVerifyInput.verify``: on the greedy path ``argmax`` ->
 ``verify_tree_greedy``; on the sampling path ``softmax(logits / temperature)`` ->
-``tree_speculative_sampling_target_only`` with uniform coins (SGLang's
-``top_k_renorm_prob``/``top_p_renorm_prob`` sit between the two; with top-k and top-p off
-they change nothing and are left out here). The accepted tokens are read as SGLang reads them
+``top_k_renorm_prob`` -> ``top_p_renorm_prob`` (each request's ``top_k``/``top_p`` repeated
+over its ``n`` rows, as SGLang does; the filters run on the golden on either backend: the
+hardware filters only inside its own fused verify) -> ``tree_speculative_sampling_target_only``
+with uniform coins. The accepted tokens are read as SGLang reads them
 (``predict[accept_index]``, the last one the next round's root), ``seq_lens`` advance by
 ``accept_length + 1``.
 
@@ -49,7 +50,7 @@ PATHS = ("greedy", "sampling")
 class Settings:
     """The demo's shape: SGLang's ``speculative_eagle_topk``, ``speculative_num_steps`` and
     ``speculative_num_draft_tokens``, the batch, vocabulary, rounds per path, the sampling
-    path's temperature and the seed."""
+    path's temperature, top-k and top-p, and the seed."""
 
     batch: int = 2
     topk: int = 4
@@ -58,6 +59,8 @@ class Settings:
     vocab: int = 512
     rounds: int = 3
     temperature: float = 0.7
+    top_k: int = 20
+    top_p: float = 0.9
     seed: int = 0
     prompt_len: int = 5
 
@@ -170,11 +173,12 @@ def build_tree(verified_id, parent_list, top_scores_index, draft_tokens, seq_len
     return VerifyInput(tokens, positions, links[0], links[1], links[2], s.steps, n)
 
 
-def verify(spec: VerifyInput, logits, temperatures, rng, backend, tensor):
+def verify(spec: VerifyInput, logits, temperatures, top_ks, top_ps, rng, backend, tensor):
     """``EagleVerifyInput.verify``'s kernel part: ``(predict, accept_index, accept_length)``.
     All-greedy batches (temperature 0) take ``argmax`` -> ``verify_tree_greedy``; others
-    ``softmax(logits / temperature)`` -> ``tree_speculative_sampling_target_only`` with
-    uniform coins from ``rng``."""
+    ``softmax(logits / temperature)`` -> ``top_k_renorm_prob`` -> ``top_p_renorm_prob``
+    (``top_ks`` i32 [bs], ``top_ps`` f32 [bs]) -> ``tree_speculative_sampling_target_only``
+    with uniform coins from ``rng``."""
     bs, n = spec.retrive_index.shape[0], spec.draft_token_num
     candidates = spec.draft_token.reshape(bs, n)
     predict = np.empty(logits.shape[0] + 1, np.int32)
@@ -191,8 +195,14 @@ def verify(spec: VerifyInput, logits, temperatures, rng, backend, tensor):
                                       backend=backend)
     else:
         expanded = np.repeat(temperatures, n, axis=0)  # [bs * n, 1]
-        target_probs = _softmax(logits / expanded).reshape(bs, n, -1)
-        # (SGLang: top_k_renorm_prob, top_p_renorm_prob here; off in this demo)
+        target_probs = _softmax(logits / expanded)
+        # the filters have no hardware kernel outside the engine: the golden on either backend
+        target_probs = sgl_kernel.top_k_renorm_prob(tensor(target_probs), tensor(
+            np.repeat(top_ks, n)))
+        if not (top_ps == 1).all():
+            target_probs = sgl_kernel.top_p_renorm_prob(target_probs, tensor(
+                np.repeat(top_ps, n)))
+        target_probs = np.asarray(target_probs).reshape(bs, n, -1)
         draft_probs = np.zeros(target_probs.shape, np.float32)
         coins = rng.random((bs, n), dtype=np.float32)
         coins_for_final_sampling = rng.random(bs, dtype=np.float32)
@@ -214,10 +224,13 @@ def run(s: Settings, backend: str, *, torch_arrays=False, out=print) -> dict:
     for number, path in enumerate(PATHS):
         temperature = 0.0 if path == "greedy" else s.temperature
         temperatures = np.full((s.batch, 1), temperature, np.float32)
+        top_ks = np.full(s.batch, s.top_k, np.int32)
+        top_ps = np.full(s.batch, s.top_p, np.float32)
         verified_id = prompt.astype(np.int64)
         seq_lens = np.full(s.batch, s.prompt_len, np.int64)
         op = "argmax -> verify_tree_greedy" if path == "greedy" else \
-            "softmax -> tree_speculative_sampling_target_only"
+            (f"softmax -> top_k_renorm_prob ({s.top_k}) -> top_p_renorm_prob ({s.top_p:g}) -> "
+             "tree_speculative_sampling_target_only")
         out(f"[{backend}] {path} path (temperature {temperature:g}: {op})")
         for round_number in range(s.rounds):
             parent_list, selected, drafted = draft(models, verified_id, seq_lens, s)
@@ -225,8 +238,8 @@ def run(s: Settings, backend: str, *, torch_arrays=False, out=print) -> dict:
             logits = models.target_logits(spec.draft_token, spec.positions)
             rng = np.random.default_rng([s.seed, 4, number, round_number])
             started = time.perf_counter()
-            predict, accept_index, accept_length = verify(spec, logits, temperatures, rng,
-                                                          backend, tensor)
+            predict, accept_index, accept_length = verify(spec, logits, temperatures, top_ks,
+                                                          top_ps, rng, backend, tensor)
             seconds = time.perf_counter() - started
             accepted = [[int(predict[i]) for i in row if i != -1] for row in accept_index]
             tokens[(path, round_number)] = accepted
@@ -279,11 +292,14 @@ def main(argv=None) -> int:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int,
                             default=getattr(defaults, name))
     parser.add_argument("--temperature", type=float, default=defaults.temperature)
+    parser.add_argument("--top-k", type=int, default=defaults.top_k)
+    parser.add_argument("--top-p", type=float, default=defaults.top_p)
     parser.add_argument("--torch", action="store_true", help="pass torch CPU tensors")
     args = parser.parse_args(argv)
     s = Settings(batch=args.batch, topk=args.topk, steps=args.steps,
                  draft_tokens=args.draft_tokens, vocab=args.vocab, rounds=args.rounds,
-                 temperature=args.temperature, seed=args.seed)
+                 temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                 seed=args.seed)
     print(f"EAGLE verify as SGLang's EagleVerifyInput.verify, ops from host.sgl_kernel: batch "
           f"{s.batch}, topk {s.topk}, {s.steps} draft steps, {s.draft_tokens} draft tokens, "
           f"vocabulary {s.vocab}, {s.rounds} rounds per path, seed {s.seed}"

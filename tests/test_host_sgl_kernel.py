@@ -420,8 +420,10 @@ def test_segment_packbits_refuses_a_short_output_segment():
 
 def test_rtl_backend_says_what_is_missing():
     case = greedy_case(1)
-    with pytest.raises(NotImplementedError, match="caller-built tree"):
-        sgl_kernel.verify_tree_greedy(**case, backend="rtl")
+    with pytest.raises(NotImplementedError, match="only from its own draft round"):
+        sgl_kernel.build_tree_kernel_efficient(**tree_inputs(np.int64), **tree_buffers(1),
+                                               topk=2, depth=3, draft_token_num=5,
+                                               tree_mask_mode=1, backend="rtl")
     with pytest.raises(NotImplementedError, match="no segment_packbits kernel"):
         sgl_kernel.segment_packbits(np.ones(1, bool), np.array([0, 1]), np.array([0, 1]),
                                     np.zeros(1, np.uint8), 1, backend="rtl")
@@ -504,3 +506,17 @@ def test_torch_reconstruct_and_segment_packbits():
                                 y, 2)
     expected = [golden.pack_tree_mask(mask[i:i + 9]) for i in (0, 9)]
     assert y.numpy().tolist() == np.concatenate(expected).tolist()
+
+
+def test_int64_outputs_keep_what_int32_cannot_hold():
+    """An int64 output pre-filled with values past int32 (``1 << 40``): the elements the op
+    writes get the golden's values, the others keep theirs (not their int32 truncation)."""
+    case = greedy_case(5)
+    ref = golden_greedy(case)
+    fill = 1 << 40
+    outputs = {name: np.full(case[name].shape, fill, np.int64) for name in TREE_OUTPUTS}
+    sgl_kernel.verify_tree_greedy(**{**case, **outputs})
+    for name in TREE_OUTPUTS:
+        written = ref[name] != case[name]  # what the golden wrote over the case's fill
+        assert np.array_equal(outputs[name][written], ref[name][written]), name
+        assert (outputs[name][~written] == fill).all(), name

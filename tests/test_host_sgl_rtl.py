@@ -315,3 +315,29 @@ def test_greedy_calls_take_a_loaded_build_of_any_vocabulary(k6, monkeypatch):
     run_both(arguments(greedy))
     with pytest.raises(TypeError):
         k6_rtl.model(9, 5, 1)  # without any_vocab: the V <= 4096 build, not loaded
+
+
+def test_rejmask_runs_on_the_hardware(k6):
+    """``tree_speculative_sampling_target_only_rejmask`` on K6 (a zero scratch
+    ``draft_probs``): the golden's outputs bit for bit on trees of fan-out <= 4, and the
+    golden's refusal of a wider tree before the hardware."""
+    from tests.test_golden_sampling import links
+    from tests.test_host_sgl_sampling import golden_rejmask, rejmask_case
+
+    for seed in range(3):
+        case = rejmask_case(seed)
+        expected = golden_rejmask(case, 0.9, 0.7)
+        got = copied(case)
+        sgl_kernel.tree_speculative_sampling_target_only_rejmask(**got, threshold_single=0.9,
+                                                                 threshold_acc=0.7,
+                                                                 backend="rtl")
+        for name in ("predicts", "accept_index", "accept_token_num"):
+            assert np.array_equal(got[name], expected[name]), (seed, name)
+    wide = rejmask_case(3)
+    wide["retrive_next_token"][1], wide["retrive_next_sibling"][1] = links(
+        {0: [1, 2, 3, 4, 5], 5: [6]}, 9)
+    before = copied(wide)
+    with pytest.raises(ValueError, match="children"):
+        sgl_kernel.tree_speculative_sampling_target_only_rejmask(**wide, backend="rtl")
+    for name, value in before.items():
+        assert np.array_equal(wide[name], value, equal_nan=True), name

@@ -5,10 +5,10 @@ direct calls of the goldens on the same inputs (floats by bit pattern)."""
 
 import numpy as np
 import pytest
-from test_golden_sampling import ROW, TREE_INPUTS, TREE_OUTPUTS, links, random_rows, tree_case
 
 import golden
 from host import sgl_kernel, sgl_sampling
+from tests.test_golden_sampling import ROW, TREE_INPUTS, TREE_OUTPUTS, links, random_rows, tree_case
 
 F32 = np.float32
 
@@ -348,7 +348,8 @@ CALLS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(CALLS))
+@pytest.mark.parametrize("name", sorted(set(CALLS) - {
+    "tree_speculative_sampling_target_only_rejmask"}))  # (rtl: tests/test_host_sgl_rtl.py)
 def test_backends(name):
     CALLS[name](backend="golden")
     with pytest.raises(NotImplementedError, match=f"{name}\\(backend='rtl'\\) is not "
