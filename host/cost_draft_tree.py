@@ -58,10 +58,12 @@ RTL_MISSING = {
 }
 
 # How each array argument reaches the golden: ("int", dtype) an integer input (int32 or
-# int64) converted to ``dtype``; ("exact", dtype) an input of exactly ``dtype``; ("any",) an
-# input passed as the caller's dtype (the golden checks it); ("out", gate, dtype) an output
-# (``gate``: the caller's allowed dtypes, "integer" or a dtype; ``dtype``: the golden's, None
-# for the caller's); ("out_same",) an output of the caller's dtype, whatever it is.
+# int64) converted to ``dtype``; ("exact", dtype) an input of exactly ``dtype``; ("rows",
+# dtype) one of exactly ``dtype`` with a value per request, [B] or SGLang's [B, 1], as [B];
+# ("any",) an input passed as the caller's dtype (the golden checks it); ("out", gate, dtype)
+# an output (``gate``: the caller's allowed dtypes, "integer" or a dtype; ``dtype``: the
+# golden's, None for the caller's); ("out_same",) an output of the caller's dtype, whatever
+# it is.
 I64 = ("int", np.int64)
 I32 = ("int", np.int32)
 F32 = ("exact", np.float32)
@@ -71,6 +73,7 @@ OUT_I64 = ("out", "integer", np.int64)
 OUT_I32 = ("out", "integer", np.int32)
 OUT_F32 = ("out", np.float32, np.float32)
 OUT_BOOL = ("out", np.bool_, np.bool_)
+ROWS_F32 = ("rows", np.float32)  # exactly float32, one per request: [B] or SGLang's [B, 1]
 OUT_MASK = ("out", "bool_or_integer", None)
 OUT_SAME = ("out_same",)
 
@@ -102,7 +105,7 @@ _ARRAYS = {
         "retrive_index": OUT_I64, "retrive_next_token": OUT_I64,
         "retrive_next_sibling": OUT_I64, "draft_tokens": OUT_I64},
     "convert_logits_to_probas": {
-        "logits": F32, "temperatures": F32, "target_probs": OUT_F32,
+        "logits": F32, "temperatures": ROWS_F32, "target_probs": OUT_F32,
         "target_predict": OUT_I64, "top_ks": I64},
     "draft_tree_reject_sample": {
         "predicts": OUT_I32, "accept_index": OUT_I32, "accept_token_num": OUT_I32,
@@ -139,6 +142,9 @@ def _convert(name, value, spec):
         return int_input(name, value, spec[1])
     if kind == "exact":
         return exact_input(name, value, spec[1])
+    if kind == "rows":
+        array = exact_input(name, value, spec[1])
+        return array.reshape(-1) if array.ndim == 2 and array.shape[1] == 1 else array
     if kind == "any":
         return host_array(name, value)[0]
     if kind == "out":

@@ -260,3 +260,13 @@ def test_torch_cpu_tensors_in_place(name):
                for k, v in as_int(case, np.int32).items()}
     getattr(cost_draft_tree, name)(*positional(golden_op, tensors))
     assert_equal_to_golden({k: tensors[k].numpy() for k in outputs}, ref, outputs)
+
+
+def test_temperatures_as_sglang_passes_them():
+    """SGLang's ``sampling_info.temperatures`` is [bs, 1]: the same outputs as [bs]."""
+    flat, column = logits_case(), logits_case()
+    column["temperatures"] = column["temperatures"].reshape(-1, 1)
+    cost_draft_tree.convert_logits_to_probas(**flat)
+    cost_draft_tree.convert_logits_to_probas(**column)
+    for name in ("target_probs", "target_predict"):
+        assert flat[name].tobytes() == column[name].tobytes(), name
