@@ -21,7 +21,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
-from hw.kernels.tree_verify_params import read_port_signature
+from hw.lib.axi import read_port_signature, request_overhead_bits
 
 from .harness import CONFIG_ENV
 from .payload import pack, unpack
@@ -255,8 +255,8 @@ class ReadPortMemory:
 
 class BurstReadMemory:
     """Answers a DUT's AXI4-style read port ``<prefix>`` (``<prefix>__ar__valid`` ...; the
-    payloads of ``hw.kernels.tree_verify_params.read_port_signature``): accepts bursts on
-    ``ar`` (random back-pressure) and returns their beats in order on ``r``, each burst after
+    payloads of ``hw.lib.axi.read_port_signature``): accepts bursts on ``ar`` (random
+    back-pressure) and returns their beats in order on ``r``, each burst after
     a latency drawn from ``latency = (low, high)`` clocks, with random idle cycles between
     beats. Beat ``k`` of a burst at byte address ``a`` is ``lookup(a + k * data_bits // 8)``.
 
@@ -281,7 +281,7 @@ class BurstReadMemory:
         self._r_valid = getattr(dut, f"{prefix}__r__valid")
         self._r_ready = getattr(dut, f"{prefix}__r__ready")
         self._r = getattr(dut, f"{prefix}__r__payload")
-        members = read_port_signature(len(self._ar) - 8, data_bits).members
+        members = read_port_signature(len(self._ar) - request_overhead_bits(), data_bits).members
         self._ar_layout = members["ar"].signature.members["payload"].shape
         self._r_layout = members["r"].signature.members["payload"].shape
         self._queue = deque()  # bursts: due cycle, next beat's address, beats left

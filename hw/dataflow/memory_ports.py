@@ -1,10 +1,10 @@
-"""The engine's memory master ports: 32-bit word streams over AXI4-style read and write ports,
-and the per-port counters.
+"""The engine's memory master ports: 32-bit word streams over AXI4-style read and write ports
+(``hw.lib.axi``), and the per-port counters.
 
 Every array the engine exchanges with card memory is a run of 32-bit little-endian words
 (docs/engine.md, "Memory formats"). ``WordReader`` turns ``count`` words from a byte address
 into a stream of words; ``WordWriter`` turns a stream of words into writes from a byte
-address. Both issue one-beat bursts (``length`` 0) as fast as the port takes them, so no burst
+address. Both issue one-beat INCR bursts (``length`` 0) as fast as the port takes them, so no burst
 ever crosses a 4 KiB boundary and any number of reads may be in flight (the slave answers in
 order and may stall either channel). A run's first and last beats carry only the words that
 belong to it (the writer's byte strobes say which), so a run may start at any word. Both take
@@ -14,31 +14,20 @@ a run's ``address`` and ``count`` into registers with ``start`` and begin it a c
 was busy or stalled: the figures of the engine's byte accounting.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.kernels.tree_verify_params import read_port_signature
+from hw.lib.axi import Burst, read_port_signature, write_port_signature
 from hw.lib.params import check_int, check_power_of_two
 
+# ``read_port_signature`` and ``write_port_signature`` are hw.lib.axi's, named here too for
+# the modules that import them from here (hw.dataflow.engine, sim.dataflow.memory).
 __all__ = ["read_port_signature", "write_port_signature", "WordReader", "WordWriter",
            "PortCounters", "COUNTER_BITS"]
 
 #: Width of every port counter (2**48 bytes at 300 MHz is about nine days of traffic).
 COUNTER_BITS = 48
-
-
-def write_port_signature(address_width: int, data_width: int) -> wiring.Signature:
-    """An AXI4-style write port, seen from the master: ``aw`` (byte ``address``, ``length`` =
-    beats - 1 as AXI's AWLEN), ``w`` (``data``, byte ``strobe``, ``last`` beat of a burst) and
-    ``b`` (one response per burst, ``resp`` as AXI's BRESP)."""
-    return wiring.Signature({
-        "aw": Out(stream.Signature(data.StructLayout({
-            "address": unsigned(address_width), "length": unsigned(8)}))),
-        "w": Out(stream.Signature(data.StructLayout({
-            "data": unsigned(data_width), "strobe": unsigned(data_width // 8), "last": 1}))),
-        "b": In(stream.Signature(data.StructLayout({"resp": unsigned(2)}))),
-    })
 
 
 class _Countdown:
@@ -136,6 +125,7 @@ class WordReader(wiring.Component):
 
         run = _RunStart(m, self, lanes)
         m.d.comb += [ar.valid.eq(beats_left.nonzero), ar.payload.length.eq(0),
+                     ar.payload.burst.eq(Burst.INCR),
                      self.busy.eq(run.pending | words_left.nonzero)]
         with m.If(ar.valid & ar.ready):
             m.d.sync += ar.payload.address.eq(ar.payload.address + port_bytes)
@@ -222,7 +212,8 @@ class WordWriter(wiring.Component):
         run = _RunStart(m, self, lanes)
 
         m.d.comb += [aw.valid.eq(aw_pending), w.valid.eq(w_pending),
-                     aw.payload.length.eq(0), w.payload.data.eq(beat), w.payload.last.eq(1),
+                     aw.payload.length.eq(0), aw.payload.burst.eq(Burst.INCR),
+                     w.payload.data.eq(beat), w.payload.last.eq(1),
                      w.payload.strobe.eq(Cat(s.replicate(4) for s in strobe)),
                      b.ready.eq(1),
                      self.busy.eq(run.pending | words_left.nonzero | (responses_left != 0))]

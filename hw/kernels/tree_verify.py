@@ -83,7 +83,7 @@ class TreeVerify(KernelComponent):
         ``next_token``/``next_sibling`` (signed; outside ``[0, n)``: none), ``coin``
         (``uniform_samples[b, i]``); ``first``/``last`` are not checked.
     read : Out(read_port).array(read_ports)
-        The ``target_logits`` read ports (``hw.kernels.tree_verify_params.read_port_signature``).
+        The ``target_logits`` read ports (``hw.lib.axi.read_port_signature``).
     result : Out(stream.Signature(result_layout))
         One packet per request, ``accepted + 1`` beats: beat ``k`` is ``index =
         accept_index[b, k]`` and ``token = predicts[index]``; on the last beat ``nan`` (a row

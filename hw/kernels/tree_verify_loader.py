@@ -20,7 +20,7 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.kernels.tree_verify_params import read_port_signature
+from hw.lib.axi import Burst, read_port_signature
 from hw.lib.float32 import float32_fields
 from hw.lib.params import check_choice, check_int, check_power_of_two
 from hw.lib.pipeline import stage
@@ -205,6 +205,7 @@ class RowLoader(wiring.Component):
                 m.d.sync += [
                     ar.payload.address.eq(address),
                     ar.payload.length.eq(length - 1),
+                    ar.payload.burst.eq(Burst.INCR),
                     left.eq(left - length),
                     # Where the next burst starts, if there is one.
                     address.eq(Cat(Const(0, block_shift), address[block_shift:] + 1)),

@@ -16,28 +16,16 @@ so that a token's bank and bank word are bit fields of its index.)
 from dataclasses import dataclass
 
 from amaranth.hdl import signed, unsigned
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import data, wiring
 
+from hw.lib.axi import read_port_signature
 from hw.lib.params import ParameterError, ParameterRecord, index_bits, parameter
 from hw.lib.stream import packet_layout
 
-__all__ = ["TreeVerifyParams", "LOGIT_BITS", "read_port_signature", "chunk_words"]
+__all__ = ["TreeVerifyParams", "LOGIT_BITS", "chunk_words"]
 
 #: Bits per logit in memory by ``logit_format`` (bfloat16 is widened by ``<< 16``).
 LOGIT_BITS = {"float32": 32, "bfloat16": 16}
-
-
-def read_port_signature(address_width: int, data_width: int) -> wiring.Signature:
-    """An AXI4-style read port, seen from the master: ``ar`` (byte ``address``, ``length`` =
-    beats - 1 as AXI's ARLEN) and ``r`` (``data``, ``last`` beat of a burst); the slave answers
-    bursts in order after any latency and may stall either channel."""
-    return wiring.Signature({
-        "ar": Out(stream.Signature(data.StructLayout({
-            "address": unsigned(address_width), "length": unsigned(8)}))),
-        "r": In(stream.Signature(data.StructLayout({"data": unsigned(data_width),
-                                                     "last": 1}))),
-    })
 
 
 def chunk_words(vocab_size: int, params) -> int:
@@ -160,7 +148,7 @@ class TreeVerifyParams(ParameterRecord):
     @property
     def ports(self) -> dict:
         """Stream port name -> payload layout (the read ports are ``read``, an array of
-        :func:`read_port_signature`; ``status`` is not a stream)."""
+        ``hw.lib.axi.read_port_signature``; ``status`` is not a stream)."""
         return {"cmd": self.cmd_layout, "tree": self.tree_layout, "result": self.result_layout}
 
     @property
