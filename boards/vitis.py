@@ -1,10 +1,9 @@
 """Vitis RTL-kernel packaging, written as text (no Vivado or Vitis needed to write it).
 
-A ``KernelInterface`` describes what Vitis sees of a kernel: its name and Verilog top module,
-its AXI4 master (``m_axi``) ports, its scalar arguments, the clock ``ap_clk``, the active-low
-reset ``ap_rst_n`` and the AXI4-Lite control port ``s_axi_control``, whose registers are
-``hw.lib.axi_lite.register_map(interface.arguments)`` (one 64-bit pointer argument per m_axi
-port, bound to it, then the scalars).
+The kernel is described by ``hw.lib.kernel_interface.KernelInterface`` (what the hardware
+exposes: its name and Verilog top module, its AXI4 master (``m_axi``) ports, its scalar
+arguments and the AXI4-Lite control port ``s_axi_control``, whose registers are
+``hw.lib.axi_lite.register_map(interface.arguments)``); this module only renders it as text.
 
 ``write_vitis_package`` writes
 
@@ -25,152 +24,17 @@ The layout of the files follows AMD's UG1393/UG1702 (RTL Kernel XML File, packag
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from xml.etree import ElementTree
 
 from boards.alveo import Board, board
-from hw.lib.axi_lite import DATA_WIDTH, check_arguments, minimum_address_width, register_map
-from hw.lib.params import ParameterError, check_choice, check_int, check_power_of_two
+from hw.lib.axi_lite import DATA_WIDTH
+from hw.lib.kernel_interface import KernelInterface
 
-__all__ = ["MemoryPort", "KernelInterface", "VitisTarget", "VITIS_TARGETS", "VitisPackage",
-           "HIDDEN_GATHER_MIN_WIDTH", "kernel_xml", "package_xo_tcl", "link_config",
-           "build_script", "register_table", "write_vitis_package"]
-
-#: The issue's floor for the hidden-state gather port's data width (bits).
-HIDDEN_GATHER_MIN_WIDTH = 512
-
-_ACCESS = ("read", "write", "readwrite")
-
-
-def _check_name(parameter: str, value) -> str:
-    if not isinstance(value, str) or not value.isidentifier():
-        raise ParameterError(parameter, f"`{parameter}` must be a Verilog-safe identifier, "
-                                        f"not {value!r}")
-    return value
-
-
-@dataclass(frozen=True)
-class MemoryPort:
-    """One AXI4 master port of the kernel and its pointer argument.
-
-    Attributes
-    ----------
-    name : str
-        Interface name (``m_axi_<x>``: the Verilog ports are ``<name>_araddr``, ...).
-    data_width : int, 32..1024, a power of two
-        Data bits per beat.
-    access : one of "read", "write", "readwrite"
-        What the kernel does through the port (documentation and the link configuration's
-        comments; Vitis infers the channels from the Verilog).
-    argument : str
-        Name of the 64-bit pointer argument bound to the port (default ``<name>_ptr``).
-    min_data_width : int
-        Narrowest ``data_width`` this port may have (32: any); the hidden-state gather port
-        sets ``HIDDEN_GATHER_MIN_WIDTH``.
-    address_width : int
-        Address bits: 64, as Vitis requires of an RTL kernel's AXI4 masters.
-    """
-
-    name: str
-    data_width: int = 512
-    access: str = "readwrite"
-    argument: str = ""
-    min_data_width: int = 32
-    address_width: int = 64
-
-    def __post_init__(self):
-        name = _check_name("name", self.name)
-        if not self.argument:
-            object.__setattr__(self, "argument", f"{name}_ptr")
-        _check_name(f"{name}.argument", self.argument)
-        check_power_of_two(f"{name}.min_data_width", self.min_data_width, 32, 1024)
-        check_power_of_two(f"{name}.data_width", self.data_width, self.min_data_width, 1024)
-        check_choice(f"{name}.access", self.access, _ACCESS)
-        check_int(f"{name}.address_width", self.address_width, 64, 64)
-
-
-@dataclass(frozen=True)
-class KernelInterface:
-    """What Vitis sees of an RTL kernel.
-
-    Attributes
-    ----------
-    kernel_name : str
-        Kernel name (``v++`` and the host refer to it; the compute unit is ``<name>_1``).
-    top : str
-        Verilog top module (ports ``ap_clk``, ``ap_rst_n``, ``interrupt``,
-        ``s_axi_control_*``, ``<m_axi port>_*``).
-    memory_ports : tuple of MemoryPort
-        The m_axi ports, in argument order.
-    scalars : tuple of (str, int)
-        Scalar arguments after the pointers: name and bits (32 or 64).
-    vendor, library, version : str
-        The IP's VLNV is ``<vendor>:<library>:<kernel_name>:<version>``.
-    control_address_width : int
-        Address bits of ``s_axi_control`` (range ``2 ** control_address_width`` bytes).
-    clock, reset, control_port : str
-        ``ap_clk``, ``ap_rst_n`` (active-low) and ``s_axi_control``, as Vitis names them.
-    """
-
-    kernel_name: str
-    top: str
-    memory_ports: tuple[MemoryPort, ...]
-    scalars: tuple[tuple[str, int], ...] = ()
-    vendor: str = "eagletree"
-    library: str = "kernel"
-    version: str = "1.0"
-    control_address_width: int = 12
-    clock: str = field(default="ap_clk", init=False)
-    reset: str = field(default="ap_rst_n", init=False)
-    control_port: str = field(default="s_axi_control", init=False)
-
-    def __post_init__(self):
-        _check_name("kernel_name", self.kernel_name)
-        _check_name("top", self.top)
-        object.__setattr__(self, "memory_ports", tuple(self.memory_ports))
-        object.__setattr__(self, "scalars", tuple(tuple(s) for s in self.scalars))
-        for port in self.memory_ports:
-            if not isinstance(port, MemoryPort):
-                raise ParameterError("memory_ports", "`memory_ports` must hold MemoryPort "
-                                                     f"records, not {port!r}")
-        names = [port.name for port in self.memory_ports]
-        for name in names:
-            if names.count(name) > 1 or name in (self.control_port, self.clock, self.reset):
-                raise ParameterError("memory_ports", "`memory_ports` names must be unique and "
-                                                     "not a control, clock or reset name, not "
-                                                     f"{name!r}")
-        arguments = check_arguments(self.arguments)
-        check_int("control_address_width", self.control_address_width,
-                  minimum_address_width(arguments), 32)
-
-    @property
-    def arguments(self) -> tuple[tuple[str, int], ...]:
-        """``(name, bits)`` of every argument: the m_axi pointers (64 bits), then the
-        scalars; the ``arguments`` of ``hw.lib.axi_lite.ControlRegisters``."""
-        return tuple((port.argument, 64) for port in self.memory_ports) + self.scalars
-
-    @property
-    def registers(self):
-        """``hw.lib.axi_lite.register_map(self.arguments)``."""
-        return register_map(self.arguments)
-
-    @property
-    def vlnv(self) -> str:
-        return f"{self.vendor}:{self.library}:{self.kernel_name}:{self.version}"
-
-    @property
-    def compute_unit(self) -> str:
-        return f"{self.kernel_name}_1"
-
-    def port_of(self, argument: str) -> str:
-        """The interface an argument belongs to: its m_axi port, or ``s_axi_control``."""
-        for port in self.memory_ports:
-            if port.argument == argument:
-                return port.name
-        return self.control_port
-
+__all__ = ["VitisTarget", "VITIS_TARGETS", "VitisPackage", "kernel_xml", "package_xo_tcl",
+           "link_config", "build_script", "register_table", "write_vitis_package"]
 
 @dataclass(frozen=True)
 class VitisTarget:
@@ -338,7 +202,7 @@ def link_config(interface: KernelInterface, record: Board | str) -> str:
         raise ValueError(f"`memory_ports` must be at most {target.hbm_channels} on "
                          f"{record.name} (one HBM pseudo-channel each), not {len(ports)}")
     stride = target.hbm_channels // max(1, len(ports))
-    unit = interface.compute_unit
+    unit = f"{interface.kernel_name}_1"
     lines = [f"# v++ --link configuration of `{interface.kernel_name}` for {record.name} "
              f"({record.part}), generated by boards.vitis.",
              f"# Each m_axi port on its own HBM pseudo-channel ({target.hbm_channels} on this "

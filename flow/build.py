@@ -394,7 +394,8 @@ def _build_kernel(kernel, *, target: Board, clock_mhz: float, synth: str, out: P
 def _write_vitis(name: str, interface, kdir: Path, verilog_file: Path, target: Board,
                  console: Console) -> dict:
     """The Vitis RTL-kernel packaging of a kernel whose component has a ``vitis_interface``
-    (``boards.vitis.KernelInterface``) into ``<kernel>/vitis/``; its files for the report."""
+    (``hw.lib.kernel_interface.KernelInterface``) into ``<kernel>/vitis/``; its files for the
+    report."""
     from boards.vitis import write_vitis_package
 
     if interface.top != name:

@@ -8,16 +8,9 @@ from xml.etree import ElementTree
 import pytest
 
 from boards import board
-from boards.vitis import (
-    HIDDEN_GATHER_MIN_WIDTH,
-    VITIS_TARGETS,
-    KernelInterface,
-    MemoryPort,
-    link_config,
-    register_table,
-    write_vitis_package,
-)
+from boards.vitis import VITIS_TARGETS, link_config, register_table, write_vitis_package
 from hw.lib.axi_lite import register_map
+from hw.lib.kernel_interface import HIDDEN_GATHER_MIN_WIDTH, KernelInterface, MemoryPort
 from hw.lib.params import ParameterError
 from sim.harness import REPO_ROOT
 

@@ -14,12 +14,17 @@ address (``address_width`` bits): the engine's addresses (the commands' ``addres
 ``req_to_token``, the ring bases) are offsets from the pointers. Pointers of 0 make them
 absolute device addresses; equal pointers put every port in one buffer.
 
-``vitis_interface(params)`` is the ``boards.vitis.KernelInterface`` of the kernel (its
-arguments are the control registers' ``arguments``, so ``kernel.xml`` and the hardware read
-one register map). ``ap_ctrl_chain`` on the persistent engine: ``ap_start`` clears both rings'
-indices and starts the engine (``ap_ready``); it then runs commands while the command ring
-holds any; with ``drain`` set it finishes (``ap_done``) once the command ring is empty, no
-command is in flight and every completion record is in memory, and waits in ``ap_done`` for
+``vitis_interface(params)`` is the ``hw.lib.kernel_interface.KernelInterface`` of the kernel
+(its arguments are the control registers' ``arguments``, so ``kernel.xml`` and the hardware
+read one register map; ``boards`` renders it as text). Every m_axi port's data lives in one
+memory, ``card``: the host hands the kernel one buffer for all of them (the engine reads on
+``m_axi_read`` what the host and ``m_axi_table`` wrote, the host reads what ``m_axi_result``,
+``m_axi_mask`` and ``m_axi_ring`` wrote), so every link configuration maps them to one range.
+
+``ap_ctrl_chain`` on the persistent engine: ``ap_start`` clears both rings' indices and starts
+the engine (``ap_ready``); it then runs commands while the command ring holds any; with
+``drain`` set it finishes (``ap_done``) once the command ring is empty, no command is in
+flight and every completion record is in memory, and waits in ``ap_done`` for
 ``ap_continue``.
 """
 
@@ -29,15 +34,15 @@ from amaranth.hdl import ClockDomain, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from boards.vitis import KernelInterface, MemoryPort
+from hw.lib.axi import axi4_master_members
 from hw.lib.axi_lite import AXI4LiteSignature, ControlRegisters
+from hw.lib.kernel_interface import KernelInterface, MemoryPort
 
 from .engine import EngineParams, PersistentEngine
 from .ring import CommandRing, CompletionRing
 
-__all__ = ["KERNEL_NAME", "KERNEL_PARAMETERS", "RING_SCALARS", "READ_ONLY", "EngineKernel",
-           "vitis_interface", "axi4_master_members", "kernel_parameters",
-           "kernel_configuration"]
+__all__ = ["KERNEL_NAME", "KERNEL_PARAMETERS", "RING_SCALARS", "READ_ONLY", "MEMORY",
+           "EngineKernel", "vitis_interface", "kernel_parameters", "kernel_configuration"]
 
 #: The kernel's name, also its Verilog top module (``python -m hw.build --kernel dataflow``).
 KERNEL_NAME = "dataflow"
@@ -61,56 +66,38 @@ RING_SCALARS = (("command_ring", 64), ("command_entries", 32), ("command_head", 
 #: Arguments the hardware writes: a read returns the ring index, a host write is ignored.
 READ_ONLY = ("command_tail", "completion_head")
 
-#: AxBURST: incrementing bursts.
-BURST_INCR = 1
+#: The memory every m_axi port's data lives in (``MemoryPort.memory``): one buffer for all.
+MEMORY = "card"
 
-#: AXI4 master signals per channel: (name, direction from the master, width or None for the
-#: data width, or "strobe" for data width / 8). Addresses are 64 bits (Vitis).
-_AXI4_CHANNELS = {
-    "read": (("arvalid", Out, 1), ("arready", In, 1), ("araddr", Out, 64), ("arlen", Out, 8),
-             ("arsize", Out, 3), ("arburst", Out, 2), ("rvalid", In, 1), ("rready", Out, 1),
-             ("rdata", In, None), ("rlast", In, 1), ("rresp", In, 2)),
-    "write": (("awvalid", Out, 1), ("awready", In, 1), ("awaddr", Out, 64),
-              ("awlen", Out, 8), ("awsize", Out, 3), ("awburst", Out, 2), ("wvalid", Out, 1),
-              ("wready", In, 1), ("wdata", Out, None), ("wstrb", Out, "strobe"),
-              ("wlast", Out, 1), ("bvalid", In, 1), ("bready", Out, 1), ("bresp", In, 2)),
-}
-
-
-def axi4_master_members(prefix: str, data_width: int, access: str) -> dict:
-    """Signature members ``<prefix>_<signal>`` of an AXI4 master port with ``data_width``
-    bits of data: the read channels (AR, R) for ``access`` ``read``, the write channels (AW,
-    W, B) for ``write``, all five for ``readwrite``."""
-    members = {}
-    for channels in ("read", "write"):
-        if access not in (channels, "readwrite"):
-            continue
-        for name, flow, width in _AXI4_CHANNELS[channels]:
-            width = data_width if width is None else data_width // 8 if width == "strobe" \
-                else width
-            members[f"{prefix}_{name}"] = flow(width)
-    return members
+#: AXI4's 4 KiB boundary, which no burst crosses.
+_BOUNDARY = 4096
 
 
 def _engine_ports(p: EngineParams):
-    """``(port name, data bits, access)`` of every m_axi port, in argument order."""
-    return [("ring", p.port_bits, "readwrite"), ("read", p.port_bits, "read"),
-            ("result", p.port_bits, "write"), ("mask", p.port_bits, "write"),
-            ("table", p.port_bits, "write"),
-            *((f"logits{i}", p.logit_port_bits, "read") for i in range(p.logit_ports))]
+    """``(port name, data bits, access, longest burst)`` of every m_axi port, in argument
+    order: the word readers and writers issue one-beat bursts, the fused verify's logits
+    loaders bursts of up to ``max_burst`` beats within a 4 KiB page."""
+    logit_burst = min(p.verify.max_burst, _BOUNDARY // (p.logit_port_bits // 8))
+    return [("ring", p.port_bits, "readwrite", 1), ("read", p.port_bits, "read", 1),
+            ("result", p.port_bits, "write", 1), ("mask", p.port_bits, "write", 1),
+            ("table", p.port_bits, "write", 1),
+            *((f"logits{i}", p.logit_port_bits, "read", logit_burst)
+              for i in range(p.logit_ports))]
 
 
 def vitis_interface(params: EngineParams) -> KernelInterface:
     """The kernel's ``KernelInterface``: m_axi ports ``m_axi_ring`` (the rings),
     ``m_axi_read``, ``m_axi_result``, ``m_axi_mask``, ``m_axi_table`` and
-    ``m_axi_logits<i>``, each with its pointer ``<port>_ptr``; then ``RING_SCALARS`` and the
-    fields of ``config_layout`` (64 bits where wider than 32)."""
+    ``m_axi_logits<i>``, each with its pointer ``<port>_ptr``, all in the memory ``MEMORY``;
+    then ``RING_SCALARS`` and the fields of ``config_layout`` (64 bits where wider than
+    32)."""
     config = tuple((name, 64 if field.width > 32 else 32)
                    for name, field in params.config_layout)
     return KernelInterface(
         kernel_name=KERNEL_NAME, top=KERNEL_NAME,
-        memory_ports=[MemoryPort(f"m_axi_{name}", bits, access, argument=f"{name}_ptr")
-                      for name, bits, access in _engine_ports(params)],
+        memory_ports=[MemoryPort(f"m_axi_{name}", bits, access, argument=f"{name}_ptr",
+                                 max_burst=burst, memory=MEMORY)
+                      for name, bits, access, burst in _engine_ports(params)],
         scalars=RING_SCALARS + config)
 
 
@@ -134,8 +121,8 @@ class EngineKernel(wiring.Component):
         ``rready``, ``rdata``, ``rresp`` (``vitis_interface(params).registers``).
     m_axi_<port>_<signal> : AXI4 masters
         Per port of ``vitis_interface(params).memory_ports`` (``axi4_master_members``):
-        ``AxSIZE`` is the port's bytes per beat (log2), ``AxBURST`` INCR; the engine's bursts
-        are single beats except the logits ports' (up to 16 beats).
+        ``AxSIZE`` is the port's bytes per beat (log2), ``AxBURST`` the masters' (INCR); the
+        engine's bursts are single beats except the logits ports' (up to ``max_burst``).
     """
 
     def __init__(self, **parameters):
@@ -145,7 +132,9 @@ class EngineKernel(wiring.Component):
         for name, member in AXI4LiteSignature(interface.control_address_width).members.items():
             members[f"{interface.control_port}_{name}"] = member.flip()
         for port in interface.memory_ports:
-            members.update(axi4_master_members(port.name, port.data_width, port.access))
+            members.update(axi4_master_members(port.name, port.data_width, port.access,
+                                               address_width=port.address_width,
+                                               id_width=port.id_width))
         super().__init__(members)
 
     @property
@@ -240,24 +229,27 @@ class EngineKernel(wiring.Component):
         m.d.comb += getattr(self, f"{prefix}_rdata").eq(Mux(hit, value, ctrl.bus.rdata))
 
     def _connect_master(self, m, port: MemoryPort, inner, pointer):
-        """The engine-side AXI4-style port ``inner`` (read, write or both) to the m_axi
-        port's signals, with ``pointer`` added to its addresses."""
+        """The engine-side AXI4-style port ``inner`` (``hw.lib.axi``: read, write or both) to
+        the m_axi port's signals, with ``pointer`` added to its addresses."""
         def top(signal):
             return getattr(self, f"{port.name}_{signal}")
 
         size = (port.data_width // 8).bit_length() - 1
         members = inner.signature.members
-        for channel, request, response in (("ar", "ar", "r"), ("aw", "aw", "b")):
-            if request not in members:
+        for channel, response in (("ar", "r"), ("aw", "b")):
+            if channel not in members:
                 continue
-            a = getattr(inner, request)
+            a, r = getattr(inner, channel), getattr(inner, response)
             m.d.comb += [top(f"{channel}valid").eq(a.valid), a.ready.eq(top(f"{channel}ready")),
                          top(f"{channel}addr").eq(pointer + a.payload.address),
                          top(f"{channel}len").eq(a.payload.length),
-                         top(f"{channel}size").eq(size), top(f"{channel}burst").eq(BURST_INCR)]
-            r = getattr(inner, response)
-            m.d.comb += [r.valid.eq(top(f"{response}valid")),
+                         top(f"{channel}size").eq(size),
+                         top(f"{channel}burst").eq(a.payload.burst),
+                         r.valid.eq(top(f"{response}valid")),
                          top(f"{response}ready").eq(r.ready)]
+            if port.id_width:
+                m.d.comb += [top(f"{channel}id").eq(a.payload.id),
+                             r.payload.id.eq(top(f"{response}id"))]
             if response == "r":
                 m.d.comb += [r.payload.data.eq(top("rdata")), r.payload.last.eq(top("rlast"))]
             else:
