@@ -14,6 +14,7 @@ from hw.dataflow.commands import Opcode, Status
 from hw.dataflow.ring import payload_words
 from hw.dataflow.vitis_top import (
     KERNEL_PARAMETERS,
+    MEMORY,
     READ_ONLY,
     RING_SCALARS,
     EngineKernel,
@@ -62,6 +63,50 @@ def test_ports_follow_the_interface():
     registers = {row.name for row in interface.registers}
     assert set(READ_ONLY) <= registers and {name for name, _ in RING_SCALARS} <= registers
     assert members["m_axi_ring_awvalid"].flow.name == "Out"
+
+
+#: Why every m_axi port shares data with another (docs/vitis.md, "The engine's kernel"): the
+#: host's one buffer holds all the engine reads and writes.
+SHARED = {
+    "m_axi_ring": "command descriptors the host wrote, completion records the host reads",
+    "m_axi_read": "the host's arrays and req_to_token as m_axi_table wrote it",
+    "m_axi_result": "results the host reads",
+    "m_axi_mask": "masks the host reads",
+    "m_axi_table": "req_to_token rows that m_axi_read reads back",
+    "m_axi_logits0": "target logits the host wrote",
+    "m_axi_logits1": "target logits the host wrote",
+}
+
+
+def test_ports_that_share_data_are_linked_to_one_range():
+    """The engine's m_axi ports are one memory, and both boards' link configurations (read as
+    text) put all of them on one range: HBM[0:31] on the U55C (v++), MEM on the V80
+    (slashkit). Fast: the port list, no elaboration."""
+    import re
+
+    from boards.vitis import link_config
+
+    interface = vitis_interface(kernel_parameters())
+    assert {port.name for port in interface.memory_ports} == set(SHARED)
+    assert list(interface.memories) == [MEMORY]
+    for board_name, unit, target in (("alveo-u55c", "dataflow_1", "HBM[0:31]"),
+                                     ("alveo-v80", "dataflow_0", "MEM")):
+        text = link_config(interface, board_name)
+        ranges = dict(re.findall(rf"^sp={unit}\.(\w+):(\S+)$", text, re.MULTILINE))
+        assert ranges == dict.fromkeys(SHARED, target), board_name
+
+
+def test_axi_facts_of_the_ports():
+    """Longest bursts: one beat for the word readers and writers, the fused verify's
+    ``max_burst`` (within a 4 KiB page) for the logits ports; no ID signals."""
+    p = kernel_parameters(**PARAMETERS)
+    ports = {port.name: port for port in vitis_interface(p).memory_ports}
+    assert {name: port.max_burst for name, port in ports.items()} == {
+        **dict.fromkeys(("m_axi_ring", "m_axi_read", "m_axi_result", "m_axi_mask",
+                         "m_axi_table"), 1),
+        "m_axi_logits0": p.verify.max_burst, "m_axi_logits1": p.verify.max_burst}
+    assert {port.id_width for port in ports.values()} == {0}
+    assert ports["m_axi_logits0"].axi_parameters()["MAX_BURST_LENGTH"] == "16"
 
 
 def test_bad_parameters_name_the_parameter():

@@ -485,7 +485,13 @@ def test_dataflow_kernel_writes_its_vitis_package(tmp_path, capsys, monkeypatch)
     assert "Vitis RTL kernel: " in stdout
     assert "read_verilog [file normalize [file join $script_dir ../dataflow.v]]" in \
         (vitis / "package_xo.tcl").read_text()
-    assert "sp=dataflow_1.m_axi_ring:HBM[0]" in (vitis / "link_alveo-v80.cfg").read_text()
+    # The V80 links with SLASH: every port on MEM, the one range all of them share.
+    link = (vitis / "link_alveo-v80.cfg").read_text()
+    assert "nk=dataflow:1:dataflow_0\n" in link and "\n[clock]\nkrnl=dataflow_0\n" in link
+    assert sorted(re.findall(r"^sp=dataflow_0\.(\w+):MEM$", link, re.MULTILINE)) == sorted(
+        port.name for port in vitis_interface(kernel_parameters()).memory_ports)
+    tcl = (vitis / "package_xo.tcl").read_text()
+    assert "ipx::check_integrity -kernel $core" in tcl and "add_register $addr_block CTRL" in tcl
     assert "[get_ports ap_clk]" in (kdir / "vivado" / "dataflow.xdc").read_text()
     report = json.loads((kdir / "report.json").read_text())
     validate(report)
