@@ -64,6 +64,7 @@ build: $(SETUP)
 report: $(SETUP)
 	$(BIN)/python -m hw.report --board $(BOARD) $(if $(KERNEL),--kernel $(KERNEL))
 	$(BIN)/python -m bench.gpu summary
+	$(BIN)/python -m sim.parity
 
 report-e2e: $(SETUP)
 	$(BIN)/python -m host.report
