@@ -16,6 +16,7 @@ from hw.dataflow.vitis_top import (
     KERNEL_PARAMETERS,
     MEMORY,
     READ_ONLY,
+    RESET_STAGES,
     RING_SCALARS,
     EngineKernel,
     kernel_parameters,
@@ -258,6 +259,7 @@ def test_a_run_through_the_rings_and_the_control_registers():
         ctx.set(dut.ap_rst_n, 0)  # reset for the first clocks (active low)
         await ctx.delay(3e-8)
         ctx.set(dut.ap_rst_n, 1)
+        await ctx.delay(1e-8 * (RESET_STAGES + 1))  # the kernel leaves reset after its stages
         arguments = {**pointers, "command_ring": command_ring,
                      "command_entries": command_entries, "completion_ring": completion_ring,
                      "completion_entries": completion_entries, "drain": 0,
@@ -345,3 +347,47 @@ def test_docs_register_table_matches_the_kernel():
     assert table == register_table(vitis_interface(kernel_parameters())), \
         "docs/vitis.md's engine register table is stale: paste boards.vitis.register_table(" \
         "hw.dataflow.vitis_top.vitis_interface(kernel_parameters()))"
+
+
+def test_ap_rst_n_reaches_the_design_through_registers():
+    """``pipelined_reset``: the design is in reset from power-up until ``RESET_STAGES`` clocks
+    after ``ap_rst_n`` rises, and a one-clock low pulse on the pin resets it
+    ``RESET_STAGES`` clocks later, for one clock (a counter of the ``sync`` domain shows
+    it)."""
+    from amaranth.hdl import ClockDomain, Module, Signal
+
+    from hw.dataflow.vitis_top import pipelined_reset
+
+    m = Module()
+    clk, rst_n, count = Signal(), Signal(), Signal(8)
+    m.domains.sync = sync = ClockDomain("sync")
+    m.d.comb += [sync.clk.eq(clk), sync.rst.eq(pipelined_reset(m, clk, rst_n))]
+    m.d.sync += count.eq(count + 1)
+    seen = []
+
+    async def bench(ctx):
+        async def edge():
+            ctx.set(clk, 1)
+            await ctx.delay(5e-9)
+            ctx.set(clk, 0)
+            await ctx.delay(5e-9)
+            seen.append(ctx.get(count))
+
+        ctx.set(rst_n, 1)  # released from the start: the power-up value holds the reset
+        for _ in range(RESET_STAGES + 3):
+            await edge()
+        ctx.set(rst_n, 0)  # a one-clock pulse
+        await edge()
+        ctx.set(rst_n, 1)
+        for _ in range(RESET_STAGES + 2):
+            await edge()
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    stages = RESET_STAGES
+    # power-up: held for `stages` edges, then counting
+    assert seen[:stages + 3] == [0] * stages + [1, 2, 3]
+    # the pulse is seen `stages` edges after the edge that sampled it, for one edge
+    pulse = seen[stages + 3:]
+    assert pulse == [*range(4, 4 + stages), 0, 1, 2]

@@ -30,7 +30,7 @@ flight and every completion record is in memory, and waits in ``ap_done`` for
 
 from dataclasses import asdict
 
-from amaranth.hdl import ClockDomain, Module, Mux, Signal
+from amaranth.hdl import Cat, ClockDomain, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -101,6 +101,23 @@ def vitis_interface(params: EngineParams) -> KernelInterface:
         scalars=RING_SCALARS + config)
 
 
+#: Registers between ``ap_rst_n`` and the design's reset net: the pin drives one flip-flop,
+#: and the net's fan-out (every control register of the engine) hangs off the last stage, as
+#: AMD's RTL-kernel guidance has it, so the pin's routing is not on a timing path.
+RESET_STAGES = 2
+
+
+def pipelined_reset(m, clk, rst_n, stages=RESET_STAGES):
+    """The active-high reset of the ``sync`` domain from the active-low pin ``rst_n``, through
+    ``stages`` registers clocked by ``clk`` in a reset-less domain ``reset_pipeline`` (their
+    power-up value asserts the reset). Returns the last stage."""
+    m.domains.reset_pipeline = domain = ClockDomain("reset_pipeline", reset_less=True)
+    pipe = Signal(stages, init=(1 << stages) - 1, name="reset_pipe")
+    m.d.comb += domain.clk.eq(clk)
+    m.d.reset_pipeline += pipe.eq(Cat(~rst_n, pipe[:-1]))
+    return pipe[-1]
+
+
 class EngineKernel(wiring.Component):
     """``PersistentEngine`` with its rings and control registers as a Vitis RTL kernel (see the
     module).
@@ -112,7 +129,8 @@ class EngineKernel(wiring.Component):
     ap_clk : In(1)
         The kernel clock (the design's ``sync`` domain).
     ap_rst_n : In(1)
-        Synchronous reset, active low.
+        Synchronous reset, active low, registered in :data:`RESET_STAGES` stages before it
+        reaches the design (which is held in reset from power-up until the stages fill).
     interrupt : Out(1)
         ``ControlRegisters.interrupt`` (``ap_done``/``ap_ready`` through GIER, IER, ISR).
     s_axi_control_<signal> : AXI4-Lite slave
@@ -150,7 +168,8 @@ class EngineKernel(wiring.Component):
         p, interface = self._params, self._interface
         m = Module()
         m.domains.sync = sync = ClockDomain("sync")
-        m.d.comb += [sync.clk.eq(self.ap_clk), sync.rst.eq(~self.ap_rst_n)]
+        m.d.comb += [sync.clk.eq(self.ap_clk),
+                     sync.rst.eq(pipelined_reset(m, self.ap_clk, self.ap_rst_n))]
 
         m.submodules.control = ctrl = ControlRegisters(
             interface.arguments, address_width=interface.control_address_width)
