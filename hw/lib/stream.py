@@ -61,15 +61,18 @@ class RegisterSlice(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        skid_payload = Signal.like(self.i.payload, name="skid_payload")
+        # The payloads are datapath: meaningful only with their valid, so they take no reset
+        # (the reset net reaches the two valid flags only).
+        skid_payload = Signal.like(self.i.payload, name="skid_payload", reset_less=True)
+        out_payload = Signal.like(self.i.payload, name="out_payload", reset_less=True)
         skid_valid = Signal()
-        m.d.comb += self.i.ready.eq(~skid_valid)
+        m.d.comb += [self.i.ready.eq(~skid_valid), self.o.payload.eq(out_payload)]
         with m.If(self.o.ready | ~self.o.valid):
             with m.If(skid_valid):
-                m.d.sync += [self.o.payload.eq(skid_payload), self.o.valid.eq(1),
+                m.d.sync += [out_payload.eq(skid_payload), self.o.valid.eq(1),
                              skid_valid.eq(0)]
             with m.Else():
-                m.d.sync += [self.o.payload.eq(self.i.payload), self.o.valid.eq(self.i.valid)]
+                m.d.sync += [out_payload.eq(self.i.payload), self.o.valid.eq(self.i.valid)]
         with m.Elif(self.i.valid & self.i.ready):
             m.d.sync += [skid_payload.eq(self.i.payload), skid_valid.eq(1)]
         return m
