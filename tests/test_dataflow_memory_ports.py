@@ -16,12 +16,12 @@ def _beats(address, count, lanes):
     return -(-(address % (4 * lanes) + 4 * count) // (4 * lanes)) if count else 0
 
 
-def _bench(port_bits):
+def _bench(port_bits, group_words=1):
     m = Module()
     m.submodules.reader = reader = WordReader(address_width=20, port_bits=port_bits,
                                               max_words=40)
     m.submodules.writer = writer = WordWriter(address_width=20, port_bits=port_bits,
-                                              max_words=40)
+                                              max_words=40, group_words=group_words)
     m.submodules.read_counters = read_counters = PortCounters(port_bits=port_bits)
     m.submodules.write_counters = write_counters = PortCounters(port_bits=port_bits)
     m.d.comb += [read_counters.beat.eq(reader.port.r.valid & reader.port.r.ready),
@@ -31,15 +31,20 @@ def _bench(port_bits):
     return m, reader, writer, read_counters, write_counters
 
 
-@pytest.mark.parametrize("port_bits,stall", [(32, 0.0), (128, 0.3), (256, 0.0), (256, 0.5)])
-def test_runs_round_trip_under_stalls(port_bits, stall):
-    m, reader, writer, read_counters, write_counters = _bench(port_bits)
+@pytest.mark.parametrize("port_bits,stall,groups", [
+    (32, 0.0, False), (128, 0.3, False), (256, 0.0, False), (256, 0.5, False),
+    (32, 0.3, True), (64, 0.0, True), (128, 0.3, True), (256, 0.0, True), (256, 0.5, True)])
+def test_runs_round_trip_under_stalls(port_bits, stall, groups):
+    """Runs from the reader into the writer, a word a transfer or (``groups``) the rest of a
+    beat a transfer, under random memory latency, stalls and back-pressure."""
+    lanes = port_bits // 32
+    m, reader, writer, read_counters, write_counters = _bench(port_bits, lanes if groups else 1)
     memory = CardMemory(1 << 12, seed=port_bits, latency=(0, 6), stall=stall)
     rng = random.Random(port_bits + int(stall * 10))
     source = np.array([rng.getrandbits(32) for _ in range(256)], np.int64)
     memory.write_words(0, source)
     runs = [(rng.randrange(0, 200), rng.randrange(0, 41)) for _ in range(12)] + [(3, 1), (8, 0)]
-    lanes, expected_beats = port_bits // 32, 0
+    expected_beats = 0
 
     async def bench(ctx):
         nonlocal expected_beats
@@ -57,15 +62,20 @@ def test_runs_round_trip_under_stalls(port_bits, stall):
             while ctx.get(reader.busy) or ctx.get(writer.busy):
                 # the reader's words go straight into the writer, with random back-pressure
                 take = rng.random() > stall
-                valid = ctx.get(reader.words.valid)
-                ctx.set(writer.words.valid, valid and take)
-                ctx.set(writer.words.payload, ctx.get(reader.words.payload))
-                ctx.set(reader.words.ready, take and ctx.get(writer.words.ready))
-                if valid and take and ctx.get(writer.words.ready):
-                    got.append(ctx.get(reader.words.payload))
+                source_port, sink_port = ((reader.group, writer.group) if groups
+                                          else (reader.words, writer.words))
+                valid = ctx.get(source_port.valid)
+                payload = ctx.get(source_port.payload)
+                ctx.set(sink_port.valid, valid and take)
+                ctx.set(sink_port.payload, payload)
+                ctx.set(source_port.ready, take and ctx.get(sink_port.ready))
+                if valid and take and ctx.get(sink_port.ready):
+                    got += (list(payload.data)[:payload.count] if groups else [payload])
                 await ctx.tick()
-            ctx.set(writer.words.valid, 0)
-            ctx.set(reader.words.ready, 0)
+            for port in (writer.words, writer.group):
+                ctx.set(port.valid, 0)
+            for port in (reader.words, reader.group):
+                ctx.set(port.ready, 0)
             assert got == [int(v) for v in source[first:first + count]]
             expected = before.copy()
             expected[target:target + 4 * count] = source[first:first + count] \
@@ -116,3 +126,42 @@ def test_busy_from_the_clock_after_start(count):
 
     simulate(m, bench, background=[memory.serve_read(reader.port, 128),
                                    memory.serve_write(writer.port, 128)])
+
+
+@pytest.mark.parametrize("port_bits,stall", [(64, 0.0), (64, 0.4), (256, 0.2)])
+def test_writer_takes_groups_wider_than_a_beat(port_bits, stall):
+    """Groups of 1..5 words (a tree record a transfer) into runs from unaligned addresses:
+    the memory holds exactly the run's words, nothing around them changes."""
+    m = Module()
+    m.submodules.writer = writer = WordWriter(address_width=20, port_bits=port_bits,
+                                              max_words=40, group_words=5)
+    memory = CardMemory(1 << 12, seed=port_bits, latency=(0, 6), stall=stall)
+    rng = random.Random(port_bits + int(stall * 10))
+
+    async def bench(ctx):
+        for _ in range(8):
+            target = 4 * rng.randrange(0, 300)
+            words = [rng.getrandbits(32) for _ in range(rng.randrange(0, 41))]
+            before = memory.data.copy()
+            ctx.set(writer.start, 1)
+            ctx.set(writer.address, target)
+            ctx.set(writer.count, len(words))
+            await ctx.tick()
+            ctx.set(writer.start, 0)
+            sent = 0
+            while ctx.get(writer.busy):
+                size = min(len(words) - sent, rng.randint(1, 5))
+                offer = size > 0 and rng.random() >= stall
+                ctx.set(writer.group.valid, offer)
+                ctx.set(writer.group.payload, {"data": words[sent:sent + size] + [0] * (5 - size),
+                                               "count": size})
+                if offer and ctx.get(writer.group.ready):
+                    sent += size
+                await ctx.tick()
+            ctx.set(writer.group.valid, 0)
+            assert sent == len(words)
+            expected = before.copy()
+            expected[target:target + 4 * len(words)] = np.array(words, "<u4").view(np.uint8)
+            assert np.array_equal(memory.data, expected), (target, len(words))
+
+    simulate(m, bench, background=[memory.serve_write(writer.port, port_bits)])

@@ -66,7 +66,7 @@ def build_verify_states(m, c):
                          c.rwriter.count.eq(c.verify_nodes * c.p.tree_words),
                          c.mwriter.start.eq(1), c.mwriter.address.eq(c.cmd.address2),
                          c.mwriter.count.eq((c.mask_total + 3) >> 2)]
-            m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0), c.trees.eq(0), c.tree_word.eq(0),
+            m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0), c.trees.eq(0),
                          c.k4_cmd_sent.eq(0), c.seq_b.eq(0), c.mask_b.eq(0),
                          c.mask_rows.eq(0), c.flushed.eq(0), c.rsp_x.eq(0)]
             m.next = "VERIFY_K4"
@@ -103,19 +103,16 @@ def build_verify_states(m, c):
                      c.k4.seq_lens.payload.seq_len.eq(c.seq_k4_rd.data)]
         with m.If(c.k4.seq_lens.valid & c.k4.seq_lens.ready):
             m.d.sync += c.seq_b.eq(c.seq_b + 1)
-        # (b) tree records (TREE), a word a clock
+        # (b) tree records (TREE), a record a transfer
         record = c.k4.tree.payload
         fields = {"retrive_index": record.retrive_index, "retrive_next_token": record.next_token,
                   "retrive_next_sibling": record.next_sibling, "position": record.position,
                   "draft_token": record.draft_token}
-        tree_fields = Array(TREE.in_order(fields))
-        m.d.comb += [c.rwriter.words.valid.eq(c.k4.tree.valid),
-                     c.rwriter.words.payload.eq(tree_fields[c.tree_word]),
-                     c.k4.tree.ready.eq(c.rwriter.words.ready
-                                      & (c.tree_word == c.p.tree_words - 1))]
-        with m.If(c.rwriter.words.valid & c.rwriter.words.ready):
-            m.d.sync += c.tree_word.eq(Mux(c.tree_word == c.p.tree_words - 1, 0,
-                                         c.tree_word + 1))
+        group = c.rwriter.group
+        m.d.comb += [group.valid.eq(c.k4.tree.valid), group.payload.count.eq(c.p.tree_words),
+                     c.k4.tree.ready.eq(group.ready)]
+        for index, value in enumerate(TREE.in_order(fields)):
+            m.d.comb += group.payload.data[index].eq(value)
         m.d.comb += [c.vtree_wr.addr.eq(c.trees), c.vtree_wr.data.token.eq(record.draft_token),
                      c.vtree_wr.data.index.eq(record.retrive_index),
                      c.vtree_wr.data.next.eq(record.next_token),
@@ -185,11 +182,13 @@ def build_verify_states(m, c):
             m.d.comb += [c.reader.start.eq(1), c.reader.count.eq(c.seq_rd.data),
                          c.reader.address.eq(kv_row)]
             m.d.sync += c.j.eq(2 + TABLE_READY)
-        with m.Elif(c.j == 2 + TABLE_READY):  # the row's prefix, word for word
-            m.d.comb += [c.rwriter.words.valid.eq(c.words.valid),
-                         c.rwriter.words.payload.eq(c.words.payload),
-                         c.words.ready.eq(c.rwriter.words.ready)]
-            with m.If(~c.reader.busy & ~c.words.valid):
+        with m.Elif(c.j == 2 + TABLE_READY):  # the row's prefix, the rest of a beat a clock
+            source, sink = c.reader.group, c.rwriter.group
+            m.d.comb += [sink.valid.eq(source.valid), sink.payload.count.eq(source.payload.count),
+                         source.ready.eq(sink.ready)]
+            for index, word in enumerate(source.payload.data):
+                m.d.comb += sink.payload.data[index].eq(word)
+            with m.If(~c.reader.busy & ~source.valid):
                 m.d.sync += [c.j.eq(3 + TABLE_READY), c.i.eq(0)]
         with m.Else():  # then the request's verify slots
             with m.If(copy_words(m, step=c.j, at=3 + TABLE_READY, index=c.i, count=c.vn,

@@ -10,7 +10,7 @@ from .commands import ONE_BITS, ROOT_SCORE_BITS, Phase, Status, StopReason
 from .records import ARGUMENT, FRONTIER
 from .runs import TABLE_READY, copy_words
 
-__all__ = ["begin_round_states", "draft_depth_states", "save_round"]
+__all__ = ["begin_round_states", "draft_depth_states", "save_round", "store_fetched_probas"]
 
 
 def begin_round_states(m, c):
@@ -204,6 +204,26 @@ def save_round(m, c):
     return done
 
 
+def _fetch_probas(m, c, *, request):
+    """Start the read of ``request``'s ``n`` top-K probabilities into ``c.probas`` (stored by
+    :func:`store_fetched_probas` while ``c.fetching`` is high)."""
+    m.d.comb += [c.reader.start.eq(1), c.reader.count.eq(c.n),
+                 c.reader.address.eq(c.cmd.address0 + 4 * (request * c.n))]
+    m.d.sync += [c.fetching.eq(1), c.proba_index.eq(0)]
+
+
+def store_fetched_probas(m, c):
+    """Outside the sequencer's states: while a probabilities read runs (started by
+    ``_fetch_probas`` in whatever state), its words go into ``c.probas``."""
+    with m.If(c.fetching):
+        m.d.comb += c.words.ready.eq(1)
+        with m.If(c.words_taken):
+            m.d.sync += [c.probas[c.proba_index].eq(c.words.payload),
+                         c.proba_index.eq(c.proba_index + 1)]
+        with m.If(~c.reader.busy & ~c.words.valid):
+            m.d.sync += c.fetching.eq(0)
+
+
 def draft_depth_states(m, c):
     """The sequencer states of ``draft_depth``: tokens (checked), then per request K1 and K2, K3
     and the width policy, the stop rules and the next frontier's records.
@@ -251,25 +271,23 @@ def draft_depth_states(m, c):
                 m.next = "DRAFT_PROBAS"
 
     with m.State("DRAFT_PROBAS"):
-        # Request b: its probabilities and the frontier's scores.
+        # Request b: its probabilities (unless they were fetched ahead) and the frontier's
+        # scores.
         with m.If(c.b == c.batch):
             m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0)]
             m.next = "K3_COMMAND"
         with m.Elif(c.j == 0):
-            m.d.comb += [c.reader.start.eq(1), c.reader.count.eq(c.n),
-                         c.reader.address.eq(c.cmd.address0 + 4 * (c.b * c.n))]
-            m.d.sync += [c.j.eq(1), c.i.eq(0)]
+            with m.If(~c.fetched_ahead):
+                _fetch_probas(m, c, request=c.b)
+            m.d.sync += [c.j.eq(1), c.i.eq(0), c.fetched_ahead.eq(0)]
         with m.Else():
-            m.d.comb += c.words.ready.eq(1)
-            with m.If(c.words_taken):
-                m.d.sync += [c.probas[c.i].eq(c.words.payload), c.i.eq(c.i + 1)]
             # the frontier scores, one per clock (a clock behind their read)
             m.d.comb += c.fscore_rd.addr.eq(c.b * c.WM + c.j - 1)
             with m.If(c.j <= c.WM + 1):
                 m.d.sync += c.j.eq(c.j + 1)
             with m.If((c.j >= 2) & (c.j <= c.WM + 1)):
                 m.d.sync += c.parent_scores[c.j - 2].eq(c.fscore_rd.data)
-            with m.If(~c.reader.busy & ~c.words.valid & (c.j == c.WM + 2)):
+            with m.If(~c.fetching & (c.j == c.WM + 2)):
                 m.d.sync += [c.j.eq(0), c.i.eq(0)]
                 m.next = "K1"
 
@@ -282,6 +300,11 @@ def draft_depth_states(m, c):
         m.d.comb += [req.parent_scores[w].eq(c.parent_scores[w]) for w in range(c.WM)]
         with m.If(c.k1.i.ready):
             m.next = "K1_RESULT"
+            # K1 has the probabilities: the next request's come in while this one is sorted
+            # and updated (not at depth 1, whose RAW_SCORES reads this request's after K2)
+            with m.If((c.b + 1 < c.batch) & (c.depth != 1)):
+                _fetch_probas(m, c, request=c.b + 1)
+                m.d.sync += c.fetched_ahead.eq(1)
 
     with m.State("K1_RESULT"):
         m.d.comb += c.k1.o.ready.eq(1)
@@ -449,7 +472,7 @@ def draft_depth_states(m, c):
             with m.If(c.k2.host_rsp.valid):
                 m.d.sync += [c.out_node.eq(c.k2.host_rsp.payload), c.i.eq(3)]
         with m.Else():
-            # word i - 3 of the record
+            # the record (i = 3)
             old = Signal(range(c.MI + 1))  # mask columns before this depth
             mask_row = Signal(max(1, c.MI))
             m.d.comb += [old.eq(c.input_count - 1),
@@ -460,25 +483,23 @@ def draft_depth_states(m, c):
             fields = {"token": c.out_node.tok, "parent_index": parents[c.j],
                       "node_id": cache[c.j], "position": c.seq_rd.data + c.depth,
                       "kv_slot": c.kv_rd.data}
-            record_words = Array(FRONTIER.in_order(fields)
-                                 + [mask_row.word_select(x, 32)
-                                    if c.MI > 32 * x else Const(0, 32)
-                                    for x in range(c.p.mask_words)])
-            m.d.comb += [c.rwriter.words.valid.eq(1),
-                         c.rwriter.words.payload.eq(record_words[c.i - 3])]
-            with m.If(c.rwriter.words.ready):
-                m.d.sync += c.i.eq(c.i + 1)
-                with m.If(c.i == c.F + 2):
-                    m.d.sync += c.i.eq(0)
-                    # the next frontier, in place of the one just used
-                    m.d.comb += [
-                        c.fscore_wr.addr.eq(c.b * c.WM + c.j),
-                        c.fscore_wr.data.eq(c.out_node.score),
-                        c.fscore_wr.en.eq(1),
-                        c.fnode_wr.addr.eq(c.b * c.WM + c.j), c.fnode_wr.data.eq(cache[c.j]),
-                        c.fnode_wr.en.eq(1),
-                        c.fmask_wr.addr.eq(c.b * c.WM + c.j), c.fmask_wr.data.eq(mask_row),
-                        c.fmask_wr.en.eq(1)]
-                    m.d.sync += c.j.eq(Mux(c.j == c.next_width - 1, 0, c.j + 1))
-                    with m.If(c.j == c.next_width - 1):
-                        m.d.sync += c.b.eq(c.b + 1)
+            record_words = (FRONTIER.in_order(fields)
+                            + [mask_row.word_select(x, 32) if c.MI > 32 * x else Const(0, 32)
+                               for x in range(c.p.mask_words)])
+            group = c.rwriter.group  # the whole record in one transfer
+            m.d.comb += [group.valid.eq(1), group.payload.count.eq(c.F)]
+            m.d.comb += [group.payload.data[x].eq(word) for x, word in enumerate(record_words)]
+            with m.If(group.ready):
+                m.d.sync += c.i.eq(0)
+                # the next frontier, in place of the one just used
+                m.d.comb += [
+                    c.fscore_wr.addr.eq(c.b * c.WM + c.j),
+                    c.fscore_wr.data.eq(c.out_node.score),
+                    c.fscore_wr.en.eq(1),
+                    c.fnode_wr.addr.eq(c.b * c.WM + c.j), c.fnode_wr.data.eq(cache[c.j]),
+                    c.fnode_wr.en.eq(1),
+                    c.fmask_wr.addr.eq(c.b * c.WM + c.j), c.fmask_wr.data.eq(mask_row),
+                    c.fmask_wr.en.eq(1)]
+                m.d.sync += c.j.eq(Mux(c.j == c.next_width - 1, 0, c.j + 1))
+                with m.If(c.j == c.next_width - 1):
+                    m.d.sync += c.b.eq(c.b + 1)

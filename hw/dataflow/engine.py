@@ -42,7 +42,12 @@ from hw.lib.stream import RegisterSlice
 
 from .build_verify import build_verify_states
 from .commands import ONE_BITS, ROOT_SCORE_BITS, Opcode, Phase, Status, StopReason
-from .draft_states import begin_round_states, draft_depth_states, save_round
+from .draft_states import (
+    begin_round_states,
+    draft_depth_states,
+    save_round,
+    store_fetched_probas,
+)
 from .load_tree import load_tree_states
 from .mask_bytes import MaskBytes
 from .memory_ports import (
@@ -130,7 +135,10 @@ class PersistentEngine(wiring.Component):
         port_args = dict(address_width=p.address_width, port_bits=p.port_bits,
                          max_words=p.max_run_words)
         reader = kernel("reader", WordReader(**port_args))
-        rwriter = kernel("result_writer", WordWriter(**port_args))
+        # a frontier or tree record a transfer, or the rest of a read beat (kv_indices' table
+        # prefixes)
+        rwriter = kernel("result_writer", WordWriter(
+            **port_args, group_words=max(p.frontier_words, p.tree_words, p.port_bits // 32)))
         mwriter = kernel("mask_writer", WordWriter(**port_args))
         twriter = kernel("table_writer", WordWriter(**port_args))
         k4 = kernel("k4", TreeMask(**asdict(p.k4)))
@@ -257,6 +265,9 @@ class PersistentEngine(wiring.Component):
         bad_argument = Signal()
         record = Signal(ARGUMENT.layout)  # the fixed words of the argument record being read
         probas = Array(Signal(32, name=f"proba{t}") for t in range(NM))
+        fetching = Signal()  # a read of top-K probabilities into `probas` runs
+        fetched_ahead = Signal()  # it was started for the request after the one at K1
+        proba_index = Signal(range(NM + 1))
         parent_scores = Array(Signal(32, name=f"parent_score{w}") for w in range(WM))
         result = Signal(k1.result_layout)
         out_node = Signal(k2.host_response_layout)
@@ -273,7 +284,6 @@ class PersistentEngine(wiring.Component):
         mask_rows = Signal(range(MAXV + 1))
         flushed = Signal()
         trees = Signal(range(MAXB * MAXV + 1))  # tree records written
-        tree_word = Signal(range(p.tree_words))
         rsp_x = Signal(range(MAXN + 1))  # node answers forwarded in the current request
         steps = Signal(range(p.max_steps + 1))  # S
         accepted = Signal(8)
@@ -336,6 +346,7 @@ class PersistentEngine(wiring.Component):
                 m.d.comb += self.command.ready.eq(1)
                 with m.If(self.command.valid):
                     m.d.sync += [cmd.eq(self.command.payload), status.eq(Status.OK),
+                                 fetching.eq(0), fetched_ahead.eq(0),
                                  stop_reason.eq(0), next_width.eq(0), b.eq(0), i.eq(0),
                                  j.eq(0), slot_seen.eq(0), bad_slot.eq(0),
                                  bad_argument.eq(0), remaining.eq(limit), expired.eq(0)]
@@ -381,6 +392,7 @@ class PersistentEngine(wiring.Component):
                 with m.If(self.completion.ready):
                     m.next = "IDLE"
 
+        store_fetched_probas(m, c)
         waiting = sequencer.ongoing("IDLE") | sequencer.ongoing("COMPLETE") \
             | sequencer.ongoing("WATCHDOG_SAVE")
         m.d.sync += abort.eq(0)

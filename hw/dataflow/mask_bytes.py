@@ -4,8 +4,9 @@ The target model's tree attention reads the mask as bytes: one ``bool`` byte per
 the FULL and QLEN_ONLY layouts, ``ceil(n/8)`` packed bytes per row in QLEN_ONLY_BITPACKING
 (``golden.fused_tree_mask_operator``). ``MaskBytes`` takes K4's ``mask`` stream (rows as words
 of ``mask_lanes`` bits, ``hw.kernels.tree_mask``) and the row width of the request the stream
-is at, and produces the array's bytes packed four to a 32-bit word, little-endian, one byte per
-clock; ``flush`` pads the last word with zero bytes.
+is at, and produces the array's bytes packed four to a 32-bit word, little-endian, up to four
+bytes a clock (a ``hw.lib.packer.Packer`` makes words of them); ``flush`` pads the last word
+with zero bytes.
 """
 
 from amaranth.hdl import Module, Mux, Signal
@@ -13,6 +14,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.kernels.tree_mask import TreeMaskParams
+from hw.lib.packer import Packer
 from hw.lib.params import check_int
 
 __all__ = ["MaskBytes"]
@@ -58,44 +60,45 @@ class MaskBytes(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         lanes = self._lanes
+        m.submodules.packer = packer = Packer(unit_bits=8, in_units=4, out_units=4)
         bits = Signal(lanes)  # the word being split into bytes
-        position = Signal(range(lanes + 8))  # next bit of `bits` to emit
-        in_word = Signal(range(lanes + 8))  # bits of `bits` that belong to the row
+        position = Signal(range(lanes + 32))  # next bit of `bits` to emit
+        in_word = Signal(range(lanes + 1))  # bits of `bits` that belong to the row
         row_left = Signal(range(self._max_columns + 1))  # row columns not yet taken
         have_word = Signal()
-        word = Signal(32)
-        filled = Signal(range(5))  # bytes in `word`
         flushing = Signal()
 
-        # `flush` waits for the last word's bytes, then sends the partial word (if any)
-        out_full = filled == 4
-        last_out = flushing & ~have_word & ~self.mask.valid
-        m.d.comb += [self.words.valid.eq(out_full | (last_out & (filled != 0))),
-                     self.words.payload.eq(word)]
-        emptied = self.words.valid & self.words.ready
-        with m.If(emptied):
-            m.d.sync += [filled.eq(0), word.eq(0)]
-        with m.If(last_out & ((filled == 0) | emptied)):
+        # up to four bytes a clock out of the word into the packer, four bytes to a word
+        left = Signal(range(lanes + 1))  # columns of the word not yet emitted
+        count = Signal(range(5))
+        m.d.comb += [left.eq(in_word - position),
+                     count.eq(Mux(self.packed, Mux(left > 24, 4, (left + 7) >> 3),
+                                  Mux(left > 4, 4, left)))]
+        for index in range(4):
+            m.d.comb += packer.i.payload.data[index].eq(
+                Mux(self.packed, bits.bit_select(position + 8 * index, 8),
+                    bits.bit_select(position + index, 1)))
+        m.d.comb += [packer.i.valid.eq(have_word), packer.i.payload.count.eq(count)]
+        step = Mux(self.packed, count << 3, count)
+        spent = packer.i.ready & (position + step >= in_word)
+        with m.If(packer.i.valid & packer.i.ready):
+            m.d.sync += position.eq(position + step)
+            with m.If(spent):
+                m.d.sync += have_word.eq(0)
+        m.d.comb += [self.words.valid.eq(packer.o.valid),
+                     self.words.payload.eq(packer.o.payload.data),
+                     packer.o.ready.eq(self.words.ready)]
+
+        # `flush` waits for the last word's bytes, then the partial word (if any) goes out
+        drained = flushing & ~have_word & ~self.mask.valid
+        m.d.comb += packer.flush.eq(drained)
+        with m.If(drained & packer.empty):
             m.d.sync += flushing.eq(0)
         with m.If(self.flush):
             m.d.sync += flushing.eq(1)
 
-        # one byte per clock into `word` while it has room
-        room = ~out_full | emptied
-        step = Mux(self.packed, 8, 1)
-        byte = Mux(self.packed, bits.bit_select(position, 8), bits.bit_select(position, 1))
-        emit = have_word & room
-        with m.If(emit):
-            slot = Mux(emptied, 0, filled)
-            for index in range(4):
-                with m.If(slot == index):
-                    m.d.sync += word[8 * index:8 * (index + 1)].eq(byte[:8])
-            m.d.sync += [filled.eq(slot + 1), position.eq(position + step)]
-            with m.If(position + step >= in_word):
-                m.d.sync += have_word.eq(0)
-
         # take the next mask word once this one is spent
-        m.d.comb += self.mask.ready.eq(~have_word | (emit & (position + step >= in_word)))
+        m.d.comb += self.mask.ready.eq(~have_word | spent)
         with m.If(self.mask.valid & self.mask.ready):
             columns = Mux(row_left == 0, self.columns, row_left)  # a row's first word
             take = Mux(columns > lanes, lanes, columns)

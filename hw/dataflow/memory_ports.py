@@ -19,6 +19,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.lib.axi import Burst, read_port_signature, write_port_signature
+from hw.lib.packer import Packer, group_layout
 from hw.lib.params import check_int, check_power_of_two
 
 # ``read_port_signature`` and ``write_port_signature`` are hw.lib.axi's, named here too for
@@ -42,9 +43,13 @@ class _Countdown:
     def load(self, m: Module, value):
         m.d.sync += [self.value.eq(value), self.nonzero.eq(value != 0), self.last.eq(value == 1)]
 
-    def decrement(self, m: Module):
-        m.d.sync += [self.value.eq(self.value - 1), self.nonzero.eq(~self.last),
-                     self.last.eq(self.value == 2)]
+    def decrement(self, m: Module, by=1):
+        if isinstance(by, int) and by == 1:
+            m.d.sync += [self.value.eq(self.value - 1), self.nonzero.eq(~self.last),
+                         self.last.eq(self.value == 2)]
+        else:
+            m.d.sync += [self.value.eq(self.value - by), self.nonzero.eq(self.value != by),
+                         self.last.eq(self.value == by + 1)]
 
 
 class _RunStart:
@@ -91,9 +96,13 @@ class WordReader(wiring.Component):
     count : In(range(max_words + 1))
         Words in the run, with ``start`` (0: nothing is read).
     words : Out(stream.Signature(32))
-        The run's words in address order.
+        The run's words in address order, one a transfer.
+    group : Out(stream.Signature(group_layout(32, port_bits // 32)))
+        The same words, the rest of a beat a transfer (the first beat's from the run's first
+        word; ``count`` of them, from index 0). A consumer takes ``words`` or ``group``, never
+        both in one clock.
     busy : Out(1)
-        High from the clock after ``start`` until the last word has left on ``words``.
+        High from the clock after ``start`` until the last word has left.
     """
 
     def __init__(self, *, address_width=32, port_bits=256, max_words=1024):
@@ -107,6 +116,7 @@ class WordReader(wiring.Component):
             "address": In(address_width),
             "count": In(range(max_words + 1)),
             "words": Out(stream.Signature(32)),
+            "group": Out(stream.Signature(group_layout(32, self._lanes))),
             "busy": Out(1),
         })
 
@@ -136,11 +146,22 @@ class WordReader(wiring.Component):
                      self.words.payload.eq(Cat(word_lanes).word_select(lane, 32)
                                            if lanes > 1 else beat)]
         taken = self.words.valid & self.words.ready
-        beat_done = taken & ((lane == lanes - 1) | words_left.last)
+        # the beat's words from `lane` on, moved to index 0
+        rest = Signal(range(lanes + 1))
+        m.d.comb += [rest.eq(lanes - lane), self.group.valid.eq(beat_valid),
+                     self.group.payload.count.eq(Mux(words_left.value < rest,
+                                                     words_left.value, rest))]
+        for index in range(lanes):
+            m.d.comb += self.group.payload.data[index].eq(
+                (beat >> (32 * index)).word_select(lane, 32) if lanes > 1 else beat)
+        group_taken = self.group.valid & self.group.ready
+        beat_done = (taken & ((lane == lanes - 1) | words_left.last)) | group_taken
         m.d.comb += r.ready.eq(~beat_valid | beat_done)
         with m.If(taken):
             m.d.sync += lane.eq(lane + 1)
             words_left.decrement(m)
+        with m.If(group_taken):
+            words_left.decrement(m, self.group.payload.count)
         with m.If(beat_done):
             m.d.sync += [beat_valid.eq(0), lane.eq(0)]
         with m.If(r.valid & r.ready):
@@ -158,10 +179,15 @@ class WordReader(wiring.Component):
 class WordWriter(wiring.Component):
     """Write a stream of 32-bit words to a run of memory words.
 
+    The words go through a ``hw.lib.packer.Packer`` into whole beats, so a producer may hand
+    over up to ``group_words`` words a clock (``group``) and the port takes a beat a clock.
+
     Parameters
     ----------
     address_width, port_bits, max_words
         As :class:`WordReader`.
+    group_words : int, at least 1
+        Most words of a ``group`` transfer.
 
     Members
     -------
@@ -173,23 +199,28 @@ class WordWriter(wiring.Component):
     count : In(range(max_words + 1))
         Words in the run, with ``start``.
     words : In(stream.Signature(32))
-        The run's words in address order (taken only during a run).
+        The run's words in address order, one a transfer (taken only during a run).
+    group : In(stream.Signature(group_layout(32, group_words)))
+        The run's words, ``count`` a transfer (from index 0). A producer offers ``words`` or
+        ``group``, never both in one clock, and never more words than the run has left.
     busy : Out(1)
         High from the clock after ``start`` until every burst of the run has its response.
     errors : Out(1)
         Sticky: a response other than OKAY was received (cleared by ``start``).
     """
 
-    def __init__(self, *, address_width=32, port_bits=256, max_words=1024):
+    def __init__(self, *, address_width=32, port_bits=256, max_words=1024, group_words=1):
         _check_port(address_width, port_bits)
         self._lanes = port_bits // 32
         self._max_words = check_int("max_words", max_words, 1)
+        self._group_words = check_int("group_words", group_words, 1)
         super().__init__({
             "port": Out(write_port_signature(address_width, port_bits)),
             "start": In(1),
             "address": In(address_width),
             "count": In(range(max_words + 1)),
             "words": In(stream.Signature(32)),
+            "group": In(stream.Signature(group_layout(32, group_words))),
             "busy": Out(1),
             "errors": Out(1),
         })
@@ -198,12 +229,12 @@ class WordWriter(wiring.Component):
         m = Module()
         lanes = self._lanes
         port_bytes = lanes * 4
-        lane_bits = max(1, (lanes - 1).bit_length())
         aw, w, b = self.port.aw, self.port.w, self.port.b
+        m.submodules.packer = packer = Packer(unit_bits=32, in_units=self._group_words,
+                                              out_units=lanes)
 
         words_left = _Countdown(self._max_words, name="words_left")  # words not yet taken
         responses_left = Signal(range(self._max_words + 2))  # bursts without a response
-        lane = Signal(lane_bits)
         beat = Signal(32 * lanes)
         strobe = Signal(lanes)
         address = Signal.like(aw.payload.address)
@@ -216,40 +247,45 @@ class WordWriter(wiring.Component):
                      w.payload.data.eq(beat), w.payload.last.eq(1),
                      w.payload.strobe.eq(Cat(s.replicate(4) for s in strobe)),
                      b.ready.eq(1),
-                     self.busy.eq(run.pending | words_left.nonzero | (responses_left != 0))]
+                     self.busy.eq(run.pending | words_left.nonzero | ~packer.empty
+                                  | (responses_left != 0))]
         with m.If(aw.valid & aw.ready):
             m.d.sync += aw_pending.eq(0)
         with m.If(w.valid & w.ready):
             m.d.sync += w_pending.eq(0)
-        with m.If(b.valid):
-            m.d.sync += responses_left.eq(responses_left - 1)
+        responded = b.valid & b.ready
+        with m.If(responded):
             with m.If(b.payload.resp != 0):
                 m.d.sync += self.errors.eq(1)
 
-        # Fill the beat register; it is sent when its last lane (or the run's last word) is in.
-        # A new beat may start only once both channels have taken the previous one.
-        m.d.comb += self.words.ready.eq(words_left.nonzero & ~aw_pending & ~w_pending)
-        with m.If(self.words.valid & self.words.ready):
-            for i in range(lanes):
-                with m.If(lane == i):
-                    m.d.sync += [beat[32 * i:32 * (i + 1)].eq(self.words.payload),
-                                 strobe[i].eq(1)]
-            m.d.sync += lane.eq(lane + 1)
-            words_left.decrement(m)
-            with m.If((lane == lanes - 1) | words_left.last):
-                m.d.sync += [aw_pending.eq(1), w_pending.eq(1), lane.eq(0),
-                             aw.payload.address.eq(address)]
-                m.d.sync += responses_left.eq(responses_left + 1 - (b.valid & b.ready))
-        with m.If(aw.valid & aw.ready):
-            m.d.sync += address.eq(address + port_bytes)
-        with m.If(w.valid & w.ready):
-            for i in range(lanes):
-                m.d.sync += strobe[i].eq(0)
+        # The run's words into the packer, one or a group a transfer.
+        accepting = packer.i.ready & words_left.nonzero
+        m.d.comb += [self.words.ready.eq(accepting), self.group.ready.eq(accepting),
+                     packer.i.valid.eq((self.words.valid | self.group.valid) & accepting)]
+        with m.If(self.group.valid):
+            m.d.comb += packer.i.payload.eq(self.group.payload)
+        with m.Else():
+            m.d.comb += [packer.i.payload.data[0].eq(self.words.payload),
+                         packer.i.payload.count.eq(1)]
+        with m.If(packer.i.valid):
+            words_left.decrement(m, packer.i.payload.count)
+
+        # Whole beats out of the packer (the run's last one flushed) onto both channels.
+        sent = Signal()
+        m.d.comb += [packer.flush.eq(~words_left.nonzero & ~run.pending),
+                     packer.o.ready.eq((~aw_pending | aw.ready) & (~w_pending | w.ready)),
+                     sent.eq(packer.o.valid & packer.o.ready)]
+        with m.If(sent):
+            m.d.sync += [aw_pending.eq(1), w_pending.eq(1), aw.payload.address.eq(address),
+                         address.eq(address + port_bytes), beat.eq(packer.o.payload.data),
+                         strobe.eq(packer.enables)]
+        m.d.sync += responses_left.eq(responses_left + sent - responded)
 
         with m.If(self.start):
             m.d.sync += self.errors.eq(0)
+        m.d.comb += [packer.start.eq(run.pending), packer.offset.eq(run.first_lane)]
         with m.If(run.pending):
-            m.d.sync += [address.eq(run.address & ~(port_bytes - 1)), lane.eq(run.first_lane)]
+            m.d.sync += address.eq(run.address & ~(port_bytes - 1))
             words_left.load(m, run.count)
         return m
 
