@@ -205,8 +205,7 @@ def save_round(m, c):
 
 
 def _fetch_probas(m, c, *, request):
-    """Start the read of ``request``'s ``n`` top-K probabilities into ``c.probas`` (stored by
-    :func:`store_fetched_probas` while ``c.fetching`` is high)."""
+    """Start the read of ``request``'s top-K probabilities (:func:`store_fetched_probas`)."""
     m.d.comb += [c.reader.start.eq(1), c.reader.count.eq(c.n),
                  c.reader.address.eq(c.cmd.address0 + 4 * (request * c.n))]
     m.d.sync += [c.fetching.eq(1), c.proba_index.eq(0)]
@@ -439,6 +438,7 @@ def draft_depth_states(m, c):
             m.d.sync += c.stop_reason.eq(StopReason.INPUT_BUDGET)
         m.next = "STOP_OR_FRONTIER"
 
+    primed = Signal(name="frontier_primed")  # request b's rows of the memories are out
     with m.State("STOP_OR_FRONTIER"):
         with m.If(c.stop_reason != StopReason.NONE):
             m.d.sync += [c.phase.eq(Phase.DRAFTED), c.stop_kind.eq(c.stop_reason)]
@@ -446,60 +446,54 @@ def draft_depth_states(m, c):
         with m.Else():
             m.d.comb += [c.rwriter.start.eq(1), c.rwriter.address.eq(c.cmd.address2),
                          c.rwriter.count.eq(c.batch * c.next_width * c.F)]
+            m.d.sync += primed.eq(0)
             m.next = "FRONTIER_READ"
 
     with m.State("FRONTIER_READ"):
-        # Output j of request b: K2's output row, then the record's words.
+        # Request b's next_width output rows read out of K2 (i of them asked for), each
+        # answer going out as its record (j of them written) in the clock it arrives.
         host = c.host_cmd.payload
+        answer = c.k2.host_rsp.payload
+        group = c.rwriter.group
+        sent = group.valid & group.ready
         m.d.comb += [c.slot_rd.addr.eq(c.row(c.b)), host.slot.eq(c.slot_rd.data),
-                     host.region.eq(Region.OUTPUT), host.index.eq(c.j),
+                     host.region.eq(Region.OUTPUT), host.index.eq(c.i),
                      c.cache_rd.addr.eq(c.b), c.parent_rd.addr.eq(c.b),
                      c.seq_rd.addr.eq(c.row(c.b)),
-                     c.kv_rd.addr.eq(c.kv_row(c.b, c.input_count + c.j)),
-                     c.k2.host_rsp.ready.eq(1)]
+                     c.kv_rd.addr.eq(c.kv_row(c.b, c.input_count + c.j + sent))]
         with m.If(c.b == c.batch):
             with m.If(~c.rwriter.busy):
                 m.d.sync += [c.width.eq(c.next_width), c.depth.eq(c.depth + 1),
                              c.input_count.eq(c.input_count + c.next_width)]
                 m.next = "COMPLETE"
-        with m.Elif((c.i == 0) & (c.j == 0)):  # the memories are read for request b
-            m.d.sync += c.i.eq(1)
-        with m.Elif(c.i <= 1):  # (for j > 0 the slot was read during the last record)
-            m.d.comb += c.host_cmd.valid.eq(1)
-            with m.If(c.host_cmd.ready):
-                m.d.sync += c.i.eq(2)
-        with m.Elif(c.i == 2):
-            with m.If(c.k2.host_rsp.valid):
-                m.d.sync += [c.out_node.eq(c.k2.host_rsp.payload), c.i.eq(3)]
+        with m.Elif(~primed):  # the memories are read for request b
+            m.d.sync += primed.eq(1)
         with m.Else():
-            # the record (i = 3)
+            m.d.comb += c.host_cmd.valid.eq(c.i < c.next_width)
+            with m.If(c.host_cmd.valid & c.host_cmd.ready):
+                m.d.sync += c.i.eq(c.i + 1)
             old = Signal(range(c.MI + 1))  # mask columns before this depth
             mask_row = Signal(max(1, c.MI))
             m.d.comb += [old.eq(c.input_count - 1),
-                         mask_row.eq((c.out_node.mask & ((Const(1, c.MI + 1) << old) - 1))
+                         mask_row.eq((answer.mask & ((Const(1, c.MI + 1) << old) - 1))
                                      | (Const(1, c.MI + 1) << (old + c.j)))]
             cache = Array(c.cache_rd.data[k] for k in range(c.K))
             parents = Array(c.parent_rd.data[k] for k in range(c.K))
-            fields = {"token": c.out_node.tok, "parent_index": parents[c.j],
+            fields = {"token": answer.tok, "parent_index": parents[c.j],
                       "node_id": cache[c.j], "position": c.seq_rd.data + c.depth,
                       "kv_slot": c.kv_rd.data}
             record_words = (FRONTIER.in_order(fields)
                             + [mask_row.word_select(x, 32) if c.MI > 32 * x else Const(0, 32)
                                for x in range(c.p.mask_words)])
-            group = c.rwriter.group  # the whole record in one transfer
-            m.d.comb += [group.valid.eq(1), group.payload.count.eq(c.F)]
+            m.d.comb += [group.valid.eq(c.k2.host_rsp.valid), group.payload.count.eq(c.F),
+                         c.k2.host_rsp.ready.eq(group.ready)]
             m.d.comb += [group.payload.data[x].eq(word) for x, word in enumerate(record_words)]
-            with m.If(group.ready):
-                m.d.sync += c.i.eq(0)
+            with m.If(sent):
                 # the next frontier, in place of the one just used
-                m.d.comb += [
-                    c.fscore_wr.addr.eq(c.b * c.WM + c.j),
-                    c.fscore_wr.data.eq(c.out_node.score),
-                    c.fscore_wr.en.eq(1),
-                    c.fnode_wr.addr.eq(c.b * c.WM + c.j), c.fnode_wr.data.eq(cache[c.j]),
-                    c.fnode_wr.en.eq(1),
-                    c.fmask_wr.addr.eq(c.b * c.WM + c.j), c.fmask_wr.data.eq(mask_row),
-                    c.fmask_wr.en.eq(1)]
-                m.d.sync += c.j.eq(Mux(c.j == c.next_width - 1, 0, c.j + 1))
+                for port, value in ((c.fscore_wr, answer.score), (c.fnode_wr, cache[c.j]),
+                                    (c.fmask_wr, mask_row)):
+                    m.d.comb += [port.addr.eq(c.b * c.WM + c.j), port.data.eq(value),
+                                 port.en.eq(1)]
+                m.d.sync += c.j.eq(c.j + 1)
                 with m.If(c.j == c.next_width - 1):
-                    m.d.sync += c.b.eq(c.b + 1)
+                    m.d.sync += [c.b.eq(c.b + 1), c.i.eq(0), c.j.eq(0), primed.eq(0)]
