@@ -5,8 +5,9 @@ import random
 import numpy as np
 import pytest
 from amaranth.hdl import Module
+from amaranth.lib import wiring
 
-from hw.dataflow.memory_ports import PortCounters, WordReader, WordWriter
+from hw.dataflow.memory_ports import PortCounters, ReadShare, WordReader, WordWriter
 from sim.amaranth_tb import simulate
 from sim.dataflow.memory import CardMemory
 
@@ -165,3 +166,46 @@ def test_writer_takes_groups_wider_than_a_beat(port_bits, stall):
             assert np.array_equal(memory.data, expected), (target, len(words))
 
     simulate(m, bench, background=[memory.serve_write(writer.port, port_bits)])
+
+
+@pytest.mark.parametrize("port_bits,stall,outstanding", [(64, 0.0, 4), (64, 0.4, 128),
+                                                         (256, 0.3, 16)])
+def test_two_readers_share_a_port(port_bits, stall, outstanding):
+    """Two readers' runs at once through ``ReadShare``: each gets exactly its own words, in
+    order, under random latency, memory stalls and back-pressure."""
+    m = Module()
+    share = m.submodules.share = ReadShare(address_width=20, port_bits=port_bits,
+                                           outstanding=outstanding)
+    readers = []
+    for index in range(2):
+        reader = WordReader(address_width=20, port_bits=port_bits, max_words=40)
+        m.submodules[f"reader{index}"] = reader
+        wiring.connect(m, reader.port, share.masters[index])
+        readers.append(reader)
+    memory = CardMemory(1 << 12, seed=port_bits, latency=(0, 8), stall=stall)
+    rng = random.Random(port_bits + outstanding)
+    source = np.array([rng.getrandbits(32) for _ in range(1024)], np.int64)
+    memory.write_words(0, source)
+
+    async def bench(ctx):
+        for _ in range(10):
+            runs = [(rng.randrange(0, 900), rng.randrange(0, 41)) for _ in readers]
+            for reader, (first, count) in zip(readers, runs, strict=True):
+                ctx.set(reader.start, 1)
+                ctx.set(reader.address, 4 * first)
+                ctx.set(reader.count, count)
+            await ctx.tick()
+            got = [[], []]
+            for reader in readers:
+                ctx.set(reader.start, 0)
+            while any(ctx.get(reader.busy) for reader in readers):
+                for index, reader in enumerate(readers):
+                    take = rng.random() >= stall
+                    ctx.set(reader.words.ready, take)
+                    if take and ctx.get(reader.words.valid):
+                        got[index].append(ctx.get(reader.words.payload))
+                await ctx.tick()
+            for index, (first, count) in enumerate(runs):
+                assert got[index] == [int(v) for v in source[first:first + count]], index
+
+    simulate(m, bench, background=[memory.serve_read(share.port, port_bits)])

@@ -7,10 +7,11 @@ from hw.kernels.update_state import Region
 from hw.lib.params import index_bits
 
 from .commands import ONE_BITS, ROOT_SCORE_BITS, Phase, Status, StopReason
+from .proba_fetch import fetch_probas
 from .records import ARGUMENT, FRONTIER
 from .runs import TABLE_READY, copy_words
 
-__all__ = ["begin_round_states", "draft_depth_states", "save_round", "store_fetched_probas"]
+__all__ = ["begin_round_states", "draft_depth_states", "save_round"]
 
 
 def begin_round_states(m, c):
@@ -204,25 +205,6 @@ def save_round(m, c):
     return done
 
 
-def _fetch_probas(m, c, *, request):
-    """Start the read of ``request``'s top-K probabilities (:func:`store_fetched_probas`)."""
-    m.d.comb += [c.reader.start.eq(1), c.reader.count.eq(c.n),
-                 c.reader.address.eq(c.cmd.address0 + 4 * (request * c.n))]
-    m.d.sync += [c.fetching.eq(1), c.proba_index.eq(0)]
-
-
-def store_fetched_probas(m, c):
-    """Outside the sequencer's states: while a probabilities read runs (started by
-    ``_fetch_probas`` in whatever state), its words go into ``c.probas``."""
-    with m.If(c.fetching):
-        m.d.comb += c.words.ready.eq(1)
-        with m.If(c.words_taken):
-            m.d.sync += [c.probas[c.proba_index].eq(c.words.payload),
-                         c.proba_index.eq(c.proba_index + 1)]
-        with m.If(~c.reader.busy & ~c.words.valid):
-            m.d.sync += c.fetching.eq(0)
-
-
 def draft_depth_states(m, c):
     """The sequencer states of ``draft_depth``: tokens (checked), then per request K1 and K2, K3
     and the width policy, the stop rules and the next frontier's records.
@@ -243,9 +225,12 @@ def draft_depth_states(m, c):
                                       | (c.stop_kind == StopReason.INPUT_BUDGET),
                                       Status.NODE_BUDGET, Status.BAD_PHASE))
             m.next = "COMPLETE"
-        with m.Else():
+        with m.Elif(~c.fetching):  # (a fetch of a refused command may still be running)
             m.d.comb += [c.reader.start.eq(1), c.reader.address.eq(c.cmd.address1),
                          c.reader.count.eq(c.batch * c.width * c.K)]
+            with m.If(c.batch != 0):  # the first request's probabilities beside the tokens
+                fetch_probas(m, c, request=0, count=n)
+                m.d.sync += c.fetched_ahead.eq(1)
             m.next = "DRAFT_TOKENS"
 
     with m.State("DRAFT_TOKENS"):
@@ -277,7 +262,7 @@ def draft_depth_states(m, c):
             m.next = "K3_COMMAND"
         with m.Elif(c.j == 0):
             with m.If(~c.fetched_ahead):
-                _fetch_probas(m, c, request=c.b)
+                fetch_probas(m, c, request=c.b)
             m.d.sync += [c.j.eq(1), c.i.eq(0), c.fetched_ahead.eq(0)]
         with m.Else():
             # the frontier scores, one per clock (a clock behind their read)
@@ -302,7 +287,7 @@ def draft_depth_states(m, c):
             # K1 has the probabilities: the next request's come in while this one is sorted
             # and updated (not at depth 1, whose RAW_SCORES reads this request's after K2)
             with m.If((c.b + 1 < c.batch) & (c.depth != 1)):
-                _fetch_probas(m, c, request=c.b + 1)
+                fetch_probas(m, c, request=c.b + 1)
                 m.d.sync += c.fetched_ahead.eq(1)
 
     with m.State("K1_RESULT"):

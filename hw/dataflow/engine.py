@@ -42,22 +42,19 @@ from hw.lib.stream import RegisterSlice
 
 from .build_verify import build_verify_states
 from .commands import ONE_BITS, ROOT_SCORE_BITS, Opcode, Phase, Status, StopReason
-from .draft_states import (
-    begin_round_states,
-    draft_depth_states,
-    save_round,
-    store_fetched_probas,
-)
+from .draft_states import begin_round_states, draft_depth_states, save_round
 from .load_tree import load_tree_states
 from .mask_bytes import MaskBytes
 from .memory_ports import (
     PortCounters,
+    ReadShare,
     WordReader,
     WordWriter,
     read_port_signature,
     write_port_signature,
 )
 from .params import EngineParams, counter_layout
+from .proba_fetch import store_fetched_probas
 from .read_state import read_state_states
 from .records import ARGUMENT
 from .runs import table_address
@@ -135,6 +132,10 @@ class PersistentEngine(wiring.Component):
         port_args = dict(address_width=p.address_width, port_bits=p.port_bits,
                          max_words=p.max_run_words)
         reader = kernel("reader", WordReader(**port_args))
+        # draft_depth's top-K probabilities, read beside the other runs (docs/engine.md)
+        proba_reader = kernel("proba_reader", WordReader(**port_args))
+        read_share = kernel("read_share", ReadShare(address_width=p.address_width,
+                                                    port_bits=p.port_bits))
         # a frontier or tree record a transfer, or the rest of a read beat (kv_indices' table
         # prefixes)
         rwriter = kernel("result_writer", WordWriter(
@@ -145,7 +146,9 @@ class PersistentEngine(wiring.Component):
         mask_bytes = kernel("mask_bytes", MaskBytes(
             mask_lanes=p.mask_lanes, max_columns=p.max_seq_len + MAXV))
         wiring.connect(m, mask_bytes.words, mwriter.words)
-        wiring.connect(m, reader.port, wiring.flipped(self.read))
+        wiring.connect(m, reader.port, read_share.masters[0])
+        wiring.connect(m, proba_reader.port, read_share.masters[1])
+        wiring.connect(m, read_share.port, wiring.flipped(self.read))
         wiring.connect(m, rwriter.port, wiring.flipped(self.result_write))
         wiring.connect(m, twriter.port, wiring.flipped(self.table_write))
         wiring.connect(m, mwriter.port, wiring.flipped(self.mask_write))
@@ -156,7 +159,7 @@ class PersistentEngine(wiring.Component):
             wiring.connect(m, tv.read[port], wiring.flipped(self.logits[port]))
         tv_busy = Signal()  # the fused verify has a request in flight
         # (port, its data beats' channel, busy, bits per beat) in `port_names` order
-        counted = {"read": (self.read.r, reader.busy, p.port_bits),
+        counted = {"read": (self.read.r, reader.busy | proba_reader.busy, p.port_bits),
                    "result_write": (self.result_write.w, rwriter.busy, p.port_bits),
                    "mask_write": (self.mask_write.w, mwriter.busy, p.port_bits),
                    "table_write": (self.table_write.w, twriter.busy, p.port_bits),
@@ -266,7 +269,7 @@ class PersistentEngine(wiring.Component):
         record = Signal(ARGUMENT.layout)  # the fixed words of the argument record being read
         probas = Array(Signal(32, name=f"proba{t}") for t in range(NM))
         fetching = Signal()  # a read of top-K probabilities into `probas` runs
-        fetched_ahead = Signal()  # it was started for the request after the one at K1
+        fetched_ahead = Signal()  # it was started before the request's DRAFT_PROBAS
         proba_index = Signal(range(NM + 1))
         parent_scores = Array(Signal(32, name=f"parent_score{w}") for w in range(WM))
         result = Signal(k1.result_layout)
@@ -346,7 +349,7 @@ class PersistentEngine(wiring.Component):
                 m.d.comb += self.command.ready.eq(1)
                 with m.If(self.command.valid):
                     m.d.sync += [cmd.eq(self.command.payload), status.eq(Status.OK),
-                                 fetching.eq(0), fetched_ahead.eq(0),
+                                 fetched_ahead.eq(0),
                                  stop_reason.eq(0), next_width.eq(0), b.eq(0), i.eq(0),
                                  j.eq(0), slot_seen.eq(0), bad_slot.eq(0),
                                  bad_argument.eq(0), remaining.eq(limit), expired.eq(0)]

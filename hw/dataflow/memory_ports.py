@@ -16,16 +16,17 @@ was busy or stalled: the figures of the engine's byte accounting.
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from hw.lib.axi import Burst, read_port_signature, write_port_signature
 from hw.lib.packer import Packer, group_layout
-from hw.lib.params import check_int, check_power_of_two
+from hw.lib.params import check_int, check_power_of_two, index_bits
 
 # ``read_port_signature`` and ``write_port_signature`` are hw.lib.axi's, named here too for
 # the modules that import them from here (hw.dataflow.engine, sim.dataflow.memory).
 __all__ = ["read_port_signature", "write_port_signature", "WordReader", "WordWriter",
-           "PortCounters", "COUNTER_BITS"]
+           "ReadShare", "PortCounters", "COUNTER_BITS"]
 
 #: Width of every port counter (2**48 bytes at 300 MHz is about nine days of traffic).
 COUNTER_BITS = 48
@@ -287,6 +288,63 @@ class WordWriter(wiring.Component):
         with m.If(run.pending):
             m.d.sync += address.eq(run.address & ~(port_bytes - 1))
             words_left.load(m, run.count)
+        return m
+
+
+class ReadShare(wiring.Component):
+    """Several read masters on one read port: their bursts in turn (the lowest-numbered master
+    that asks first), the data back to the master that asked.
+
+    The slave answers a port's bursts in order, so a FIFO of which master each burst came from
+    routes the data beats back (an entry leaves with a burst's ``last`` beat); it bounds the
+    bursts in flight to ``outstanding``.
+
+    Parameters
+    ----------
+    address_width, port_bits
+        As :class:`WordReader`.
+    masters : int, at least 2
+    outstanding : int, a power of two
+        Most bursts in flight.
+
+    Members
+    -------
+    port : Out(read_port_signature(address_width, port_bits))
+    masters : In(read_port_signature(address_width, port_bits)).array(masters)
+    """
+
+    def __init__(self, *, address_width=32, port_bits=256, masters=2, outstanding=128):
+        _check_port(address_width, port_bits)
+        self._masters = check_int("masters", masters, 2)
+        self._outstanding = check_power_of_two("outstanding", outstanding, 2, 4096)
+        signature = read_port_signature(address_width, port_bits)
+        super().__init__({"port": Out(signature), "masters": In(signature).array(masters)})
+
+    def elaborate(self, platform):
+        m = Module()
+        ar, r = self.port.ar, self.port.r
+        m.submodules.owners = owners = SyncFIFOBuffered(
+            width=index_bits(self._masters), depth=self._outstanding)
+        # requests: the first master that asks, while the FIFO has room
+        chosen = Signal(range(self._masters))
+        for index in reversed(range(self._masters)):
+            with m.If(self.masters[index].ar.valid):
+                m.d.comb += chosen.eq(index)
+        asking = Cat(master.ar.valid for master in self.masters).any()
+        m.d.comb += [ar.valid.eq(asking & owners.w_rdy), owners.w_data.eq(chosen),
+                     owners.w_en.eq(ar.valid & ar.ready)]
+        with m.Switch(chosen):
+            for index, master in enumerate(self.masters):
+                with m.Case(index):
+                    m.d.comb += [ar.payload.eq(master.ar.payload),
+                                 master.ar.ready.eq(ar.ready & owners.w_rdy)]
+        # answers: to the owner of the oldest burst in flight
+        for index, master in enumerate(self.masters):
+            mine = owners.r_rdy & (owners.r_data == index)
+            m.d.comb += [master.r.payload.eq(r.payload), master.r.valid.eq(r.valid & mine)]
+            with m.If(mine):
+                m.d.comb += r.ready.eq(master.r.ready)
+        m.d.comb += owners.r_en.eq(r.valid & r.ready & r.payload.last)
         return m
 
 

@@ -153,8 +153,9 @@ class EngineHost:
           ``max_batch``: refused unread); once every check passed, each request's ``MI + 1``
           KV slots into its ``req_to_token`` row from ``seq_len``.
         * ``draft_depth``: nothing when refused for its phase or width; else every token in
-          (checked before anything is written); when they are good each request's
-          probabilities, then the next frontier's records out unless drafting stopped.
+          (checked before anything is written) and the first request's probabilities beside
+          them; when the tokens are good the other requests' probabilities, then the next
+          frontier's records out unless drafting stopped.
         * ``build_verify``: nothing when refused; else the verify KV slots and each request's
           ``req_to_token`` prefix (``seq_len`` words, for ``kv_indices``) in, the tree
           records, the three indptrs and ``kv_indices`` out on ``result_write``, the mask
@@ -181,9 +182,10 @@ class EngineHost:
                 self._round = layout["rows"]
                 runs["table_write"] = [(row + 4 * seq, p.kv_slots) for row, seq in self._round]
         elif opcode == Opcode.DRAFT_DEPTH and status in (Status.OK, Status.BAD_ARGUMENT):
-            runs["read"] = list(layout["tokens"])
+            # the first request's probabilities are read beside the tokens, before their check
+            runs["read"] = list(layout["tokens"]) + layout["probas"][:1]
             if ok:
-                runs["read"] += layout["probas"]
+                runs["read"] += layout["probas"][1:]
                 if not step.stop_reason:
                     runs["result_write"] = [(self.frontier, len(layout["probas"])
                                              * step.next_tree_width * p.frontier_words)]
