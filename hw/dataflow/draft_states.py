@@ -8,6 +8,7 @@ from hw.lib.params import index_bits
 
 from .commands import ONE_BITS, ROOT_SCORE_BITS, Phase, Status, StopReason
 from .proba_fetch import fetch_probas
+from .raw_scores import raw_scores_state
 from .records import ARGUMENT, FRONTIER
 from .runs import TABLE_READY, copy_words
 
@@ -336,33 +337,7 @@ def draft_depth_states(m, c):
                 m.d.sync += c.b.eq(c.b + 1)
                 m.next = "DRAFT_PROBAS"
 
-    with m.State("RAW_SCORES"):
-        # Depth 1 keeps the raw probabilities as the new nodes' cumu_scores
-        # (golden.draft_round): read node cumu_count + i, write it back re-scored.
-        host = c.host_cmd.payload
-        m.d.comb += [c.slot_rd.addr.eq(c.row(c.b)), host.slot.eq(c.slot_rd.data),
-                     host.region.eq(Region.NODE), host.index.eq(c.cumu_count + c.i),
-                     c.k2.host_rsp.ready.eq(1)]
-        with m.If(c.j == 0):  # read
-            m.d.comb += c.host_cmd.valid.eq(1)
-            with m.If(c.host_cmd.ready):
-                m.d.sync += c.j.eq(1)
-        with m.Elif(c.j == 1):
-            with m.If(c.k2.host_rsp.valid):
-                m.d.sync += [c.out_node.eq(c.k2.host_rsp.payload), c.j.eq(2)]
-        with m.Elif(c.j == 2):  # write back
-            m.d.comb += [c.host_cmd.valid.eq(1), host.write.eq(1),
-                         host.tok.eq(c.out_node.tok), host.score.eq(c.probas[c.i]),
-                         host.delta.eq(c.out_node.delta), host.prev.eq(c.out_node.prev),
-                         host.next.eq(c.out_node.next), host.side.eq(c.out_node.side)]
-            with m.If(c.host_cmd.ready):
-                m.d.sync += c.j.eq(3)
-        with m.Else():
-            with m.If(c.k2.host_rsp.valid):
-                m.d.sync += [c.j.eq(0), c.i.eq(c.i + 1)]
-                with m.If(c.i == c.n_last):
-                    m.d.sync += [c.i.eq(0), c.b.eq(c.b + 1)]
-                    m.next = "DRAFT_PROBAS"
+    raw_scores_state(m, c, then="DRAFT_PROBAS")
 
     with m.State("K3_COMMAND"):
         k3_cmd = c.k3.cmd.payload
