@@ -229,22 +229,24 @@ def draft_depth_states(m, c):
         with m.Elif(~c.fetching):  # (a fetch of a refused command may still be running)
             m.d.comb += [c.reader.start.eq(1), c.reader.address.eq(c.cmd.address1),
                          c.reader.count.eq(c.batch * c.width * c.K)]
+            m.d.sync += c.token_at.eq(0)
             with m.If(c.batch != 0):  # the first request's probabilities beside the tokens
                 fetch_probas(m, c, request=0, count=n)
                 m.d.sync += c.fetched_ahead.eq(1)
             m.next = "DRAFT_TOKENS"
 
     with m.State("DRAFT_TOKENS"):
-        # Every token of the depth is in (and checked) before anything is written.
-        m.d.comb += [c.words.ready.eq(1), c.token_wr.addr.eq(c.b * c.NM + c.i),
-                     c.token_wr.data.eq(c.words.payload), c.token_wr.en.eq(c.words_taken)]
-        with m.If(c.words_taken):
-            with m.If(c.words.payload >= c.cfg.vocab_size):  # unsigned: negatives too
-                m.d.sync += c.bad_argument.eq(1)
-            m.d.sync += c.i.eq(Mux(c.i == c.n_last, 0, c.i + 1))
-            with m.If(c.i == c.n_last):
-                m.d.sync += c.b.eq(c.b + 1)
-        with m.If(~c.reader.busy & ~c.words.valid & (c.b == c.batch)):
+        # Every token of the depth is in (and checked) before anything is written: the rest of
+        # a read beat a clock, at token b * n + x of the depth's tokens.
+        group = c.reader.group
+        m.d.comb += [group.ready.eq(1), c.tokens.write_at.eq(c.token_at),
+                     c.tokens.write.eq(group.payload), c.tokens.write_en.eq(group.valid)]
+        with m.If(group.valid):
+            m.d.sync += c.token_at.eq(c.token_at + group.payload.count)
+            for x, token in enumerate(group.payload.data):
+                with m.If((x < group.payload.count) & (token >= c.cfg.vocab_size)):
+                    m.d.sync += c.bad_argument.eq(1)  # (unsigned: negatives too)
+        with m.If(~c.reader.busy & ~group.valid):
             m.d.sync += [c.b.eq(0), c.i.eq(0)]
             with m.If(c.bad_argument):
                 m.d.sync += c.status.eq(Status.BAD_ARGUMENT)
@@ -283,6 +285,7 @@ def draft_depth_states(m, c):
                      req.last.eq(c.b == c.batch - 1)]
         m.d.comb += [req.probas[t].eq(c.probas[t]) for t in range(c.NM)]
         m.d.comb += [req.parent_scores[w].eq(c.parent_scores[w]) for w in range(c.WM)]
+        m.d.sync += c.token_at.eq(c.b * c.n)  # request b's first token, for K2_SEND
         with m.If(c.k1.i.ready):
             m.next = "K1_RESULT"
             # K1 has the probabilities: the next request's come in while this one is sorted
@@ -302,7 +305,7 @@ def draft_depth_states(m, c):
             m.next = "K2_PREFETCH"
 
     with m.State("K2_PREFETCH"):
-        m.d.comb += [c.token_rd.addr.eq(c.b * c.NM), c.fnode_rd.addr.eq(c.b * c.WM),
+        m.d.comb += [c.tokens.read_at.eq(c.token_at), c.fnode_rd.addr.eq(c.b * c.WM),
                      c.fmask_rd.addr.eq(c.b * c.WM), c.slot_rd.addr.eq(c.row(c.b))]
         m.next = "K2_SEND"
 
@@ -311,11 +314,12 @@ def draft_depth_states(m, c):
         beat = c.k2.req.payload
         taken = c.k2.req.ready
         ahead = c.i + taken
-        m.d.comb += [c.token_rd.addr.eq(c.b * c.NM + ahead), c.fnode_rd.addr.eq(c.b * c.WM + ahead),
+        m.d.comb += [c.tokens.read_at.eq(c.token_at + ahead),
+                     c.fnode_rd.addr.eq(c.b * c.WM + ahead),
                      c.fmask_rd.addr.eq(c.b * c.WM + ahead), c.slot_rd.addr.eq(c.row(c.b))]
         m.d.comb += [
             c.k2.req.valid.eq(1), beat.first.eq(c.i == 0), beat.last.eq(c.i == c.n_last),
-            beat.proba.eq(c.result.curr[c.i]), beat.token.eq(c.token_rd.data),
+            beat.proba.eq(c.result.curr[c.i]), beat.token.eq(c.tokens.read_data),
             beat.sorted_score.eq(c.result.scores[c.i]),
             beat.sorted_index.eq(c.result.indices[c.i]),
             beat.parent_index.eq(c.result.parents[c.i]),

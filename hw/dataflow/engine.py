@@ -59,6 +59,7 @@ from .read_state import read_state_states
 from .records import ARGUMENT
 from .runs import table_address
 from .verify import verify_states
+from .word_banks import WordBanks
 
 __all__ = ["Opcode", "Status", "StopReason", "EngineParams", "PersistentEngine", "ROOT_SCORE_BITS",
            "ONE_BITS", "counter_layout"]
@@ -190,7 +191,10 @@ class PersistentEngine(wiring.Component):
         fscore_rd, fscore_wr = memory("frontier_score", 32, MAXB * WM)
         fnode_rd, fnode_wr = memory("frontier_node", 32, MAXB * WM)
         fmask_rd, fmask_wr = memory("frontier_mask", max(1, MI), MAXB * WM)
-        token_rd, token_wr = memory("draft_tokens", 32, MAXB * NM)
+        # the depth's tokens, b * n + x, written a read beat a clock
+        tokens = m.submodules.draft_tokens = WordBanks(depth=MAXB * NM,
+                                                       lanes=p.port_bits // 32)
+        token_at = Signal(range(MAXB * NM + p.port_bits // 32))
         cache_rd, cache_wr = memory("k1_cache", data.ArrayLayout(32, K), MAXB)
         parent_rd, parent_wr = memory("k1_parents", data.ArrayLayout(k1.parent_width, K), MAXB)
         pool_seen_rd, pool_seen_wr = memory("pool_seen", 1, p.max_pool_rows)
