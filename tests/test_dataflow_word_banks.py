@@ -30,7 +30,10 @@ def test_groups_written_words_read(depth, lanes):
         for index in range(depth):
             ctx.set(dut.read_at, index)
             await ctx.tick()
-            if model[index] is not None:
-                assert ctx.get(dut.read_data) == model[index], index
+            group = list(ctx.get(dut.read_group))
+            assert ctx.get(dut.read_data) == group[0]
+            for k in range(min(lanes, depth - index)):  # lanes consecutive words
+                if model[index + k] is not None:
+                    assert group[k] == model[index + k], (index, k)
 
     simulate(dut, bench)

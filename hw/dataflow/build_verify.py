@@ -12,7 +12,7 @@ from hw.kernels.update_state import Region
 
 from .commands import Phase, Status
 from .records import TREE
-from .runs import TABLE_READY, copy_words, table_address, verify_locs_states
+from .runs import TABLE_READY, copy_group, copy_words, table_address, verify_locs_states
 
 __all__ = ["build_verify_states"]
 
@@ -191,8 +191,8 @@ def build_verify_states(m, c):
             with m.If(~c.reader.busy & ~source.valid):
                 m.d.sync += [c.j.eq(3 + TABLE_READY), c.i.eq(0)]
         with m.Else():  # then the request's verify slots
-            with m.If(copy_words(m, step=c.j, at=3 + TABLE_READY, index=c.i, count=c.vn,
-                                 read=c.locs_rd, writer=c.rwriter,
+            with m.If(copy_group(m, step=c.j, at=3 + TABLE_READY, index=c.i, count=c.vn,
+                                 banks=c.locs, writer=c.rwriter, lanes=c.lanes,
                                  address=lambda x: c.b * c.vn + x)):
                 m.d.sync += [c.b.eq(c.b + 1), c.j.eq(1), c.i.eq(0)]
 
@@ -214,8 +214,8 @@ def build_verify_states(m, c):
                              c.twriter.address.eq(c.table_row)]
                 m.d.sync += [c.j.eq(TABLE_READY + 1), c.i.eq(0)]
         with m.Else():
-            with m.If(copy_words(m, step=c.j, at=TABLE_READY + 1, index=c.i, count=c.vn,
-                                 read=c.locs_rd, writer=c.twriter,
+            with m.If(copy_group(m, step=c.j, at=TABLE_READY + 1, index=c.i, count=c.vn,
+                                 banks=c.locs, writer=c.twriter, lanes=c.lanes,
                                  address=lambda x: c.b * c.vn + x)):
                 m.d.sync += [c.b.eq(c.b + 1), c.j.eq(0), c.i.eq(0)]
 

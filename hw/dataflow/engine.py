@@ -130,6 +130,7 @@ class PersistentEngine(wiring.Component):
         host_cmd = host_slice.i
         host_idle = ~host_slice.o.valid & host_slice.i.ready  # no command waits for K2
         k3 = kernel("k3", WorkDeltas(**asdict(p.k3)))
+        lanes = p.port_bits // 32  # words of a memory port's beat
         port_args = dict(address_width=p.address_width, port_bits=p.port_bits,
                          max_words=p.max_run_words)
         reader = kernel("reader", WordReader(**port_args))
@@ -140,9 +141,9 @@ class PersistentEngine(wiring.Component):
         # a frontier or tree record a transfer, or the rest of a read beat (kv_indices' table
         # prefixes)
         rwriter = kernel("result_writer", WordWriter(
-            **port_args, group_words=max(p.frontier_words, p.tree_words, p.port_bits // 32)))
+            **port_args, group_words=max(p.frontier_words, p.tree_words, lanes)))
         mwriter = kernel("mask_writer", WordWriter(**port_args))
-        twriter = kernel("table_writer", WordWriter(**port_args))
+        twriter = kernel("table_writer", WordWriter(**port_args, group_words=lanes))
         k4 = kernel("k4", TreeMask(**asdict(p.k4)))
         mask_bytes = kernel("mask_bytes", MaskBytes(
             mask_lanes=p.mask_lanes, max_columns=p.max_seq_len + MAXV))
@@ -192,14 +193,14 @@ class PersistentEngine(wiring.Component):
         fnode_rd, fnode_wr = memory("frontier_node", 32, MAXB * WM)
         fmask_rd, fmask_wr = memory("frontier_mask", max(1, MI), MAXB * WM)
         # the depth's tokens, b * n + x, written a read beat a clock
-        tokens = m.submodules.draft_tokens = WordBanks(depth=MAXB * NM,
-                                                       lanes=p.port_bits // 32)
-        token_at = Signal(range(MAXB * NM + p.port_bits // 32))
+        tokens = m.submodules.draft_tokens = WordBanks(depth=MAXB * NM, lanes=lanes)
+        token_at = Signal(range(MAXB * NM + lanes))
         cache_rd, cache_wr = memory("k1_cache", data.ArrayLayout(32, K), MAXB)
         parent_rd, parent_wr = memory("k1_parents", data.ArrayLayout(k1.parent_width, K), MAXB)
         pool_seen_rd, pool_seen_wr = memory("pool_seen", 1, p.max_pool_rows)
-        locs_rd, locs_wr = memory("verify_cache_locs", 32, MAXB * MAXV)
-        locs2_rd, locs2_wr = memory("verify_cache_locs_k7", 32, MAXB * MAXV)  # K7's copy
+        # the verify KV slots, stored and copied out a read beat a clock (and K7's copy)
+        locs = m.submodules.verify_cache_locs = WordBanks(depth=MAXB * MAXV, lanes=lanes)
+        locs2 = m.submodules.verify_cache_locs_k7 = WordBanks(depth=MAXB * MAXV, lanes=lanes)
         tree_layout = data.StructLayout({"token": 32, "index": 32, "next": signed(16),
                                          "sibling": signed(16)})
         vtree_rd, vtree_wr = memory("verify_tree", tree_layout, MAXB * MAXV)

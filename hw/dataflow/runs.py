@@ -1,11 +1,11 @@
 """Sequencer steps shared by the engine's commands: a read run's words into on-chip memories,
 an on-chip memory's words into a write run, and the address of a ``req_to_token`` row."""
 
-from amaranth.hdl import Signal
+from amaranth.hdl import Mux, Signal
 
 from hw.lib.params import index_bits
 
-__all__ = ["copy_words", "store_run", "verify_locs_states", "table_address",
+__all__ = ["copy_words", "copy_group", "store_group_run", "verify_locs_states", "table_address",
            "TABLE_ADDRESS_LATENCY", "TABLE_READY"]
 
 #: Clocks from a ``table_address`` input to its output (see there).
@@ -37,17 +37,40 @@ def copy_words(m, *, step, at, index, count, read, address, writer):
     return done
 
 
-def store_run(m, c, *, ports):
-    """Store the reader's run (``c.words``), word ``x`` at address ``x`` of every memory write
-    port in ``ports``, ``c.i`` counting the words. Returns a signal that is high once the run
-    is over (the caller then moves on and resets ``c.i``)."""
-    m.d.comb += c.words.ready.eq(1)
-    for port in ports:
-        m.d.comb += [port.addr.eq(c.i), port.data.eq(c.words.payload),
-                     port.en.eq(c.words_taken)]
-    with m.If(c.words_taken):
-        m.d.sync += c.i.eq(c.i + 1)
-    return ~c.reader.busy & ~c.words.valid
+def store_group_run(m, c, *, banks):
+    """Store the reader's run (``c.reader.group``, the rest of a beat a clock), word ``x`` at
+    index ``x`` of every ``WordBanks`` in ``banks``, ``c.i`` counting the words. Returns a
+    signal that is high once the run is over (the caller then moves on and resets ``c.i``)."""
+    group = c.reader.group
+    m.d.comb += group.ready.eq(1)
+    for memory in banks:
+        m.d.comb += [memory.write_at.eq(c.i), memory.write.eq(group.payload),
+                     memory.write_en.eq(group.valid)]
+    with m.If(group.valid):
+        m.d.sync += c.i.eq(c.i + group.payload.count)
+    return ~c.reader.busy & ~group.valid
+
+
+def copy_group(m, *, step, at, index, count, banks, address, writer, lanes):
+    """Stream ``count`` words of a ``WordBanks`` (``banks``) into ``writer``'s run, up to
+    ``lanes`` a clock (``writer.group``): as :func:`copy_words`, word ``x`` at index
+    ``address(x)``, ``index`` counting the words sent."""
+    sending = step == at + 1
+    size = Signal(range(lanes + 1), name="copy_group_size")
+    m.d.comb += size.eq(Mux(count - index > lanes, lanes, count - index))
+    moved = writer.group.ready & sending & (index != count)
+    m.d.comb += banks.read_at.eq(address(index + Mux(moved, size, 0)))
+    done = Signal()
+    with m.If(step == at):
+        m.d.sync += step.eq(at + 1)
+    with m.Elif(index == count):
+        m.d.comb += done.eq(1)
+    with m.Else():
+        m.d.comb += [writer.group.valid.eq(1), writer.group.payload.count.eq(size)]
+        m.d.comb += [writer.group.payload.data[k].eq(banks.read_group[k]) for k in range(lanes)]
+        with m.If(writer.group.ready):
+            m.d.sync += index.eq(index + size)
+    return done
 
 
 def verify_locs_states(m, c, *, name, address, then):
@@ -60,7 +83,7 @@ def verify_locs_states(m, c, *, name, address, then):
         m.next = name
 
     with m.State(name):
-        with m.If(store_run(m, c, ports=(c.locs_wr, c.locs2_wr))):
+        with m.If(store_group_run(m, c, banks=(c.locs, c.locs2))):
             m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0)]
             m.next = then
 

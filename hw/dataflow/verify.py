@@ -161,13 +161,13 @@ def verify_states(m, c):
         node7 = c.k7.nodes.payload
         taken = c.k7.nodes.valid & c.k7.nodes.ready
         m.d.comb += [c.predicts_rd.addr.eq(c.b * c.vn + c.i + taken),
-                     c.locs2_rd.addr.eq(c.b * c.vn + c.i + taken),
+                     c.locs2.read_at.eq(c.b * c.vn + c.i + taken),
                      node7.predict.eq(c.predicts_rd.data),
-                     node7.cache_loc.eq(c.locs2_rd.data),
+                     node7.cache_loc.eq(c.locs2.read_data),
                      node7.first.eq(c.i == 0), node7.last.eq(c.i == c.vn_last),
                      c.k7.nodes.valid.eq(c.j == 1)]
         with m.If(c.j == 0):
-            m.d.comb += [c.predicts_rd.addr.eq(c.b * c.vn), c.locs2_rd.addr.eq(c.b * c.vn)]
+            m.d.comb += [c.predicts_rd.addr.eq(c.b * c.vn), c.locs2.read_at.eq(c.b * c.vn)]
             m.d.sync += c.j.eq(1)
         with m.Elif(taken):
             m.d.sync += c.i.eq(c.i + 1)
