@@ -15,6 +15,24 @@ TABLE_ADDRESS_LATENCY = 2
 TABLE_READY = 1 + TABLE_ADDRESS_LATENCY
 
 
+def _copy(m, *, step, at, index, count, size, port, read_at, payload):
+    """The steps of :func:`copy_words` and :func:`copy_group`: ``size`` words a transfer on
+    ``port`` (``payload``: the statements that fill it), the memory addressed by
+    ``read_at(x)`` (statements) for word ``x`` a clock ahead."""
+    sending = step == at + 1
+    m.d.comb += read_at(index + Mux(port.ready & sending, size, 0))
+    done = Signal()
+    with m.If(step == at):
+        m.d.sync += step.eq(at + 1)
+    with m.Elif(index == count):
+        m.d.comb += done.eq(1)
+    with m.Else():
+        m.d.comb += [port.valid.eq(1), *payload]
+        with m.If(port.ready):
+            m.d.sync += index.eq(index + size)
+    return done
+
+
 def copy_words(m, *, step, at, index, count, read, address, writer):
     """Stream ``count`` words of an on-chip memory into ``writer``'s run, one per clock.
 
@@ -23,18 +41,9 @@ def copy_words(m, *, step, at, index, count, read, address, writer):
     must be 0), from ``at + 1`` on the words go out, ``index`` counting them. Returns a signal
     that is high once all ``count`` are taken; the caller then moves on.
     """
-    sending = step == at + 1
-    m.d.comb += read.addr.eq(address(index + (writer.words.ready & sending)))
-    done = Signal()
-    with m.If(step == at):
-        m.d.sync += step.eq(at + 1)
-    with m.Elif(index == count):
-        m.d.comb += done.eq(1)
-    with m.Else():
-        m.d.comb += [writer.words.valid.eq(1), writer.words.payload.eq(read.data)]
-        with m.If(writer.words.ready):
-            m.d.sync += index.eq(index + 1)
-    return done
+    return _copy(m, step=step, at=at, index=index, count=count, size=1, port=writer.words,
+                 read_at=lambda x: read.addr.eq(address(x)),
+                 payload=[writer.words.payload.eq(read.data)])
 
 
 def store_group_run(m, c, *, banks):
@@ -55,22 +64,14 @@ def copy_group(m, *, step, at, index, count, banks, address, writer, lanes):
     """Stream ``count`` words of a ``WordBanks`` (``banks``) into ``writer``'s run, up to
     ``lanes`` a clock (``writer.group``): as :func:`copy_words`, word ``x`` at index
     ``address(x)``, ``index`` counting the words sent."""
-    sending = step == at + 1
     size = Signal(range(lanes + 1), name="copy_group_size")
     m.d.comb += size.eq(Mux(count - index > lanes, lanes, count - index))
-    moved = writer.group.ready & sending & (index != count)
-    m.d.comb += banks.read_at.eq(address(index + Mux(moved, size, 0)))
-    done = Signal()
-    with m.If(step == at):
-        m.d.sync += step.eq(at + 1)
-    with m.Elif(index == count):
-        m.d.comb += done.eq(1)
-    with m.Else():
-        m.d.comb += [writer.group.valid.eq(1), writer.group.payload.count.eq(size)]
-        m.d.comb += [writer.group.payload.data[k].eq(banks.read_group[k]) for k in range(lanes)]
-        with m.If(writer.group.ready):
-            m.d.sync += index.eq(index + size)
-    return done
+    group = writer.group
+    return _copy(m, step=step, at=at, index=index, count=count, size=size, port=group,
+                 read_at=lambda x: banks.read_at.eq(address(x)),
+                 payload=[group.payload.count.eq(size),
+                          *(group.payload.data[k].eq(banks.read_group[k])
+                            for k in range(lanes))])
 
 
 def verify_locs_states(m, c, *, name, address, then):
