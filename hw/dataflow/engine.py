@@ -9,7 +9,9 @@ tree and its KV slots stay in the engine's own memories. Only model-facing data 
 memory ports, each with its ``PortCounters``: argument records, the draft model's top-K, the
 verify KV slots and request records in (``read``), the target logits rows the fused verify
 visits (``logits``), results out (``result_write``), the verify mask (``mask_write``) and the
-round's KV slots into ``req_to_token`` (``table_write``).
+round's KV slots into ``req_to_token`` (``table_write``). Two word readers share ``read``
+(``ReadShare``): the sequencer's and ``draft_depth``'s probability prefetch
+(``proba_fetch``); the writers take a record or a beat a transfer (``WordWriter.group``).
 
 The kernels behind the sequencer: K1's score and sort path (``ScoreSortPipeline``), K2, K3 with
 the width policy, K4 (``TreeMask``, its mask rows into bytes by ``MaskBytes``), the fused verify
