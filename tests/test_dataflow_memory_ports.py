@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """The engine's memory ports (hw/dataflow/memory_ports.py) on the card-memory model."""
 
 import random
@@ -8,6 +9,7 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 
 from hw.dataflow.memory_ports import PortCounters, ReadShare, WordReader, WordWriter
+from hw.lib.params import ParameterError
 from sim.amaranth_tb import simulate
 from sim.dataflow.memory import CardMemory
 
@@ -209,3 +211,12 @@ def test_two_readers_share_a_port(port_bits, stall, outstanding):
                 assert got[index] == [int(v) for v in source[first:first + count]], index
 
     simulate(m, bench, background=[memory.serve_read(share.port, port_bits)])
+
+
+@pytest.mark.parametrize("make,name", [
+    (lambda: ReadShare(masters=1), "masters"),
+    (lambda: ReadShare(outstanding=6), "outstanding"),
+    (lambda: WordWriter(group_words=0), "group_words")])
+def test_bad_parameters_are_named(make, name):
+    with pytest.raises(ParameterError, match=f"`{name}`"):
+        make()

@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """hw/dataflow/word_banks.py: groups of words in, a word a clock out."""
 
 import random
@@ -5,6 +6,7 @@ import random
 import pytest
 
 from hw.dataflow.word_banks import WordBanks
+from hw.lib.params import ParameterError
 from sim.amaranth_tb import simulate
 
 
@@ -37,3 +39,11 @@ def test_groups_written_words_read(depth, lanes):
                     assert group[k] == model[index + k], (index, k)
 
     simulate(dut, bench)
+
+
+@pytest.mark.parametrize("arguments,name", [(dict(depth=0, lanes=2), "depth"),
+                                            (dict(depth=8, lanes=3), "lanes"),
+                                            (dict(depth=8, lanes=64), "lanes")])
+def test_bad_parameters_are_named(arguments, name):
+    with pytest.raises(ParameterError, match=f"`{name}`"):
+        WordBanks(**arguments)

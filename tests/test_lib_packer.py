@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """hw/lib/packer.py: groups of a variable number of units in, whole groups out."""
 
 import random
@@ -5,6 +6,7 @@ import random
 import pytest
 
 from hw.lib.packer import Packer
+from hw.lib.params import ParameterError
 from sim.amaranth_tb import simulate
 
 
@@ -101,3 +103,12 @@ def test_full_rate_without_back_pressure():
 
     simulate(dut, bench)
     assert clocks <= 64 + 2, clocks
+
+
+@pytest.mark.parametrize("arguments,name", [
+    (dict(unit_bits=0, in_units=1, out_units=1), "unit_bits"),
+    (dict(unit_bits=8, in_units=0, out_units=1), "in_units"),
+    (dict(unit_bits=8, in_units=1, out_units=0), "out_units")])
+def test_bad_parameters_are_named(arguments, name):
+    with pytest.raises(ParameterError, match=f"`{name}`"):
+        Packer(**arguments)

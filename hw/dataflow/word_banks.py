@@ -24,7 +24,7 @@ class WordBanks(wiring.Component):
     depth : int
         Words held.
     lanes : int, a power of two
-        Most words a write.
+        Most words a write; words a read.
 
     Members
     -------

@@ -9,7 +9,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.lib.params import check_int
+from hw.lib.params import check_int, index_bits
 
 __all__ = ["Packer", "group_layout"]
 
@@ -111,7 +111,7 @@ class Packer(wiring.Component):
             m.d.comb += at.eq(p - base)
             written = taken & (at >= 0) & (at < count)
             m.d.sync += [units[p].eq(Mux(written, self.i.payload.data.as_value().word_select(
-                             at[:max(1, (G - 1).bit_length())], bits) if G > 1
+                             at[:index_bits(G)], bits) if G > 1
                              else self.i.payload.data[0], kept_unit)),
                          held[p].eq(written | kept_held)]
         m.d.sync += fill.eq(base + Mux(taken, count, 0))
