@@ -7,7 +7,7 @@ its control registers, ``hw.lib.axi_lite.register_map(interface.arguments)``); t
 only renders it. ``write_vitis_package`` writes
 
 * ``kernel.xml``: the RTL kernel description (ports, arguments and their register offsets;
-  ``hwControlProtocol="ap_ctrl_chain"``);
+  ``hwControlProtocol``: the interface's ``control_protocol``);
 * ``package_xo.tcl``: Vivado packages the Verilog as an IP (bus interfaces associated with
   ``ap_clk``, ``ap_rst_n`` active-low, each ``m_axi`` interface's AXI4 parameters, the control
   register map), checks it (``ipx::check_integrity -kernel`` and ``-xrt``) and ``package_xo``
@@ -138,7 +138,7 @@ def kernel_xml(interface: KernelInterface) -> str:
     kernel = ElementTree.SubElement(root, "kernel", {
         "name": interface.kernel_name, "language": "ip_c", "vlnv": interface.vlnv,
         "attributes": "", "preferredWorkGroupSizeMultiple": "0", "workGroupSize": "1",
-        "interrupt": "true", "hwControlProtocol": "ap_ctrl_chain",
+        "interrupt": "true", "hwControlProtocol": interface.control_protocol,
     })
     ports = ElementTree.SubElement(kernel, "ports")
     ElementTree.SubElement(ports, "port", {
@@ -270,7 +270,7 @@ set_property name $kernel $core
 set_property version {i.version} $core
 set_property sdx_kernel true $core
 set_property sdx_kernel_type rtl $core
-set_property vitis_drc {{ctrl_protocol ap_ctrl_chain}} $core
+set_property vitis_drc {{ctrl_protocol {i.control_protocol}}} $core
 set_property ipi_drc {{ignore_freq_hz true}} $core
 set_property auto_family_support_level level_2 $core
 

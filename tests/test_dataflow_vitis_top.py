@@ -11,14 +11,17 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.dataflow.commands import Opcode, Status
+from hw.dataflow.records import STATE
 from hw.dataflow.ring import payload_words
 from hw.dataflow.vitis_top import (
+    COUNTER_SCALARS,
     KERNEL_PARAMETERS,
     MEMORY,
     READ_ONLY,
     RESET_STAGES,
     RING_SCALARS,
     EngineKernel,
+    counter_names,
     kernel_parameters,
     vitis_interface,
 )
@@ -59,7 +62,7 @@ def test_ports_follow_the_interface():
         ("m_axi_logits1", "read", "logits1_ptr")]
     assert interface.scalars == RING_SCALARS + (
         ("req_to_token", 64), ("pool_rows", 32), ("context_len", 32), ("vocab_size", 32),
-        ("cost_per_node", 32), ("watchdog_cycles", 32))
+        ("cost_per_node", 32), ("watchdog_cycles", 32)) + COUNTER_SCALARS
     assert members["s_axi_control_awvalid"].flow.name == "In"
     registers = {row.name for row in interface.registers}
     assert set(READ_ONLY) <= registers and {name for name, _ in RING_SCALARS} <= registers
@@ -108,6 +111,18 @@ def test_axi_facts_of_the_ports():
         "m_axi_logits0": p.verify.max_burst, "m_axi_logits1": p.verify.max_burst}
     assert {port.id_width for port in ports.values()} == {0}
     assert ports["m_axi_logits0"].axi_parameters()["MAX_BURST_LENGTH"] == "16"
+
+
+def test_the_engine_is_a_user_managed_kernel():
+    """The host writes the ring indices while the kernel runs (docs/vitis.md, "The control
+    model"): kernel.xml and package_xo.tcl declare the kernel user-managed."""
+    from boards.vitis import kernel_xml, package_xo_tcl
+
+    interface = vitis_interface(kernel_parameters())
+    assert interface.control_protocol == "user_managed"
+    assert 'hwControlProtocol="user_managed"' in kernel_xml(interface)
+    tcl = package_xo_tcl(interface, verilog="dataflow.v", part="xcu55c-fsvh2892-2L-e")
+    assert "set_property vitis_drc {ctrl_protocol user_managed} $core" in tcl
 
 
 def test_bad_parameters_name_the_parameter():
@@ -253,6 +268,8 @@ def test_a_run_through_the_rings_and_the_control_registers():
                 (4, 5, Status.BAD_SLOT), (5, 15, Status.BAD_ARGUMENT), (6, 4, Status.BAD_PHASE),
                 (7, 3, Status.BAD_PHASE)]
     got = []
+    counters = {}
+    offsets = {row.name: row.offset for row in interface.registers}
 
     async def host(ctx):
         bus = Host(ctx, dut)
@@ -315,6 +332,11 @@ def test_a_run_through_the_rings_and_the_control_registers():
         await bus.write(CONTROL, 1 << 4)  # ap_continue
         await ctx.tick().repeat(2)
         assert await bus.read(CONTROL) & 0b100  # idle again
+        for index, name in enumerate([*counter_names(p), "past the last"]):
+            await bus.write_argument("counter_select", index)
+            low = await bus.read_argument("counter_value")
+            high = await bus.read(offsets["counter_value"] + 4)
+            counters[name] = low | high << 32
 
     async def clock(ctx):  # ap_clk, 100 MHz
         while True:
@@ -334,6 +356,18 @@ def test_a_run_through_the_rings_and_the_control_registers():
     assert [sequence for *_, sequence in got] == list(range(1, len(commands) + 1))
     record = memory.read_words(pointers["result_ptr"] + 0x20, 4)
     assert list(record) == [0, 0, -1, 0]  # slot 1: IDLE, seq_len 0, no pool row, no nodes
+    # The counter window: one read_state record of an idle slot (no nodes: the record, the
+    # sort scores and the work scores), nothing else written or read by the engine; every
+    # command's clocks have exactly one cause.
+    state_bytes = 4 * (STATE.size + p.max_verify_num + p.max_verify_num + p.node_top_k)
+    beats = -(-state_bytes // (p.port_bits // 8))
+    assert counters["command.commands"] == len(commands)
+    assert counters["result_write.beats"] == beats
+    assert counters["result_write.bytes"] == beats * p.port_bits // 8
+    assert counters["mask_write.bytes"] == counters["read.bytes"] == 0
+    causes = ("busy_cycles", "memory_cycles", "backpressure_cycles")
+    assert sum(counters[f"command.{c}"] for c in causes) == counters["command.cycles"] > 0
+    assert counters["past the last"] == 0
 
 
 def test_docs_register_table_matches_the_kernel():

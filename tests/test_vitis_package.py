@@ -277,6 +277,9 @@ def test_a_single_board_by_name(tmp_path):
      "`arguments[0]` bits must be 32 or 64, not 16"),
     (lambda: KernelInterface("k", "k", [], control_address_width=3),
      "`control_address_width` must be between 4 and 32, not 3"),
+    (lambda: KernelInterface("k", "k", [], control_protocol="ap_ctrl_none"),
+     "`control_protocol` must be one of 'ap_ctrl_hs', 'ap_ctrl_chain', 'user_managed', not "
+     "'ap_ctrl_none'"),
 ])
 def test_bad_interfaces_raise(build, message):
     with pytest.raises(ParameterError) as error:

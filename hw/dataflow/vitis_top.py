@@ -30,7 +30,7 @@ flight and every completion record is in memory, and waits in ``ap_done`` for
 
 from dataclasses import asdict
 
-from amaranth.hdl import Cat, ClockDomain, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, ClockDomain, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -38,11 +38,14 @@ from hw.lib.axi import axi4_master_members
 from hw.lib.axi_lite import AXI4LiteSignature, ControlRegisters
 from hw.lib.kernel_interface import KernelInterface, MemoryPort
 
+from .command_counters import COMMAND_COUNTERS, CommandCounters
 from .engine import EngineParams, PersistentEngine
+from .params import counter_layout
 from .ring import CommandRing, CompletionRing
 
-__all__ = ["KERNEL_NAME", "KERNEL_PARAMETERS", "RING_SCALARS", "READ_ONLY", "MEMORY",
-           "EngineKernel", "vitis_interface", "kernel_parameters", "kernel_configuration"]
+__all__ = ["KERNEL_NAME", "KERNEL_PARAMETERS", "RING_SCALARS", "COUNTER_SCALARS", "READ_ONLY",
+           "MEMORY", "CONTROL_PROTOCOL", "EngineKernel", "vitis_interface", "counter_names",
+           "kernel_parameters", "kernel_configuration"]
 
 #: The kernel's name, also its Verilog top module (``python -m hw.build --kernel dataflow``).
 KERNEL_NAME = "dataflow"
@@ -63,8 +66,18 @@ RING_SCALARS = (("command_ring", 64), ("command_entries", 32), ("command_head", 
                 ("command_tail", 32), ("completion_ring", 64), ("completion_entries", 32),
                 ("completion_tail", 32), ("completion_head", 32), ("drain", 32))
 
-#: Arguments the hardware writes: a read returns the ring index, a host write is ignored.
-READ_ONLY = ("command_tail", "completion_head")
+#: Scalar arguments after the engine's ``config`` fields: the counter window (a host writes
+#: ``counter_select``, then reads ``counter_value``, low word first; ``counter_names``).
+COUNTER_SCALARS = (("counter_select", 32), ("counter_value", 64))
+
+#: Arguments the hardware writes: a read returns the hardware's value, a host write is
+#: ignored.
+READ_ONLY = ("command_tail", "completion_head", "counter_value")
+
+#: The kernel's control protocol (``KernelInterface.control_protocol``): the host writes the
+#: ring indices and ``drain`` while the kernel runs, which XRT allows a user-managed kernel
+#: only (``xrt::ip``); docs/vitis.md, "The control model".
+CONTROL_PROTOCOL = "user_managed"
 
 #: The memory every m_axi port's data lives in (``MemoryPort.memory``): one buffer for all.
 MEMORY = "card"
@@ -98,7 +111,17 @@ def vitis_interface(params: EngineParams) -> KernelInterface:
         memory_ports=[MemoryPort(f"m_axi_{name}", bits, access, argument=f"{name}_ptr",
                                  max_burst=burst, memory=MEMORY)
                       for name, bits, access, burst in _engine_ports(params)],
-        scalars=RING_SCALARS + config)
+        scalars=RING_SCALARS + config + COUNTER_SCALARS, control_protocol=CONTROL_PROTOCOL)
+
+
+def counter_names(params: EngineParams) -> list[str]:
+    """The counters behind ``counter_value``, by ``counter_select``: per engine port (in
+    ``params.port_names`` order) ``<port>.beats``, ``.bytes``, ``.busy_cycles``,
+    ``.stall_cycles`` (``hw.dataflow.memory_ports.PortCounters``), then
+    ``command.<name>`` for each of ``COMMAND_COUNTERS`` (``CommandCounters``). A select past
+    the last reads 0."""
+    return [f"{port}.{field}" for port in params.port_names for field, _ in counter_layout] \
+        + [f"command.{name}" for name in COMMAND_COUNTERS]
 
 
 #: Registers between ``ap_rst_n`` and the design's reset net: the pin drives one flip-flop,
@@ -191,8 +214,10 @@ class EngineKernel(wiring.Component):
             self.interrupt.eq(ctrl.interrupt),
         ]
 
+        counter_value = self._counters(m, engine, ctrl.counter_select)
         self._control_bus(m, ctrl, {"command_tail": commands.tail,
-                                    "completion_head": completions.head})
+                                    "completion_head": completions.head,
+                                    "counter_value": counter_value})
         # The m_axi ports: the rings share m_axi_ring (reads and writes are separate channels).
         ports = {"ring": (commands.port, completions.port), "read": (engine.read,),
                  "result": (engine.result_write,), "mask": (engine.mask_write,),
@@ -226,9 +251,35 @@ class EngineKernel(wiring.Component):
                     m.next = "IDLE"
         return m
 
+    def _counters(self, m, engine, select):
+        """The counter window: ``CommandCounters`` on the engine's ports, and the counter
+        ``select`` names (``counter_names``) registered, a clock after the select."""
+        p = self._params
+        reads = [engine.read, *engine.logits]
+        writes = [engine.result_write, engine.mask_write, engine.table_write]
+        m.submodules.command_counters = counters = CommandCounters(read_ports=len(reads))
+        offered = [port.ar for port in reads] + [c for port in writes for c in (port.aw, port.w)]
+        m.d.comb += [
+            counters.command_taken.eq(engine.command.valid & engine.command.ready),
+            counters.completion_taken.eq(engine.completion.valid & engine.completion.ready),
+            counters.refused.eq(Cat(c.valid & ~c.ready for c in offered).any()),
+            counters.read_issued.eq(Cat(port.ar.valid & port.ar.ready for port in reads)),
+            counters.read_beat.eq(Cat(port.r.valid & port.r.ready for port in reads)),
+            counters.read_done.eq(Cat(port.r.valid & port.r.ready & port.r.payload.last
+                                      for port in reads)),
+        ]
+        sources = [engine.counters[index][field] for index in range(len(p.port_names))
+                   for field, _ in counter_layout]
+        sources += [getattr(counters, name) for name in COMMAND_COUNTERS]
+        assert len(sources) == len(counter_names(p))
+        value = Signal(64)
+        m.d.sync += value.eq(Mux(select < len(sources), Array(sources)[select], 0))
+        return value
+
     def _control_bus(self, m, ctrl, read_only):
         """``s_axi_control_*`` to the control registers; reads of the ``read_only`` registers
-        return the hardware's values (sampled on the read's ``ar`` handshake)."""
+        return the hardware's values, sampled on the read's ``ar`` handshake (a 64-bit one
+        whole on its low word's read: its high word reads what was sampled then)."""
         prefix = self._interface.control_port
         offsets = {row.name: row.offset for row in self._interface.registers}
         for name, member in AXI4LiteSignature(ctrl.address_width).members.items():
@@ -244,7 +295,13 @@ class EngineKernel(wiring.Component):
             m.d.sync += hit.eq(0)
             for name, signal in read_only.items():
                 with m.If(word == offsets[name] >> 2):
-                    m.d.sync += [hit.eq(1), value.eq(signal)]
+                    m.d.sync += [hit.eq(1), value.eq(signal[:32])]
+                if len(signal) > 32:
+                    high = Signal(len(signal) - 32, name=f"{name}_high")
+                    with m.If(word == offsets[name] >> 2):
+                        m.d.sync += high.eq(signal[32:])
+                    with m.If(word == (offsets[name] >> 2) + 1):
+                        m.d.sync += [hit.eq(1), value.eq(high)]
         m.d.comb += getattr(self, f"{prefix}_rdata").eq(Mux(hit, value, ctrl.bus.rdata))
 
     def _connect_master(self, m, port: MemoryPort, inner, pointer):

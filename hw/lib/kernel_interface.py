@@ -21,7 +21,13 @@ from .axi import ACCESS, MAX_ID_WIDTH
 from .axi_lite import check_arguments, minimum_address_width, register_map
 from .params import ParameterError, check_choice, check_int, check_power_of_two
 
-__all__ = ["MemoryPort", "KernelInterface", "HIDDEN_GATHER_MIN_WIDTH"]
+__all__ = ["MemoryPort", "KernelInterface", "HIDDEN_GATHER_MIN_WIDTH", "CONTROL_PROTOCOLS"]
+
+#: How a host starts and stops a kernel, as ``kernel.xml``'s ``hwControlProtocol`` and
+#: ``package_xo``'s ``ctrl_protocol`` name it: XRT drives ``ap_ctrl_hs``/``ap_ctrl_chain``
+#: kernels itself (``xrt::run``); a ``user_managed`` kernel's registers are the host's to
+#: write and read whenever it likes (``xrt::ip``), in a protocol of the kernel's own.
+CONTROL_PROTOCOLS = ("ap_ctrl_hs", "ap_ctrl_chain", "user_managed")
 
 #: The issue's floor for the hidden-state gather port's data width (bits).
 HIDDEN_GATHER_MIN_WIDTH = 512
@@ -139,6 +145,8 @@ class KernelInterface:
         The IP's VLNV is ``<vendor>:<library>:<kernel_name>:<version>``.
     control_address_width : int
         Address bits of ``s_axi_control`` (range ``2 ** control_address_width`` bytes).
+    control_protocol : one of ``CONTROL_PROTOCOLS``
+        How the host starts and stops the kernel (``kernel.xml``'s ``hwControlProtocol``).
     clock, reset, control_port : str
         ``ap_clk``, ``ap_rst_n`` (active-low) and ``s_axi_control``, as Vitis names them.
     """
@@ -151,6 +159,7 @@ class KernelInterface:
     library: str = "kernel"
     version: str = "1.0"
     control_address_width: int = 12
+    control_protocol: str = "ap_ctrl_chain"
     clock: str = field(default="ap_clk", init=False)
     reset: str = field(default="ap_rst_n", init=False)
     control_port: str = field(default="s_axi_control", init=False)
@@ -173,6 +182,7 @@ class KernelInterface:
         arguments = check_arguments(self.arguments)
         check_int("control_address_width", self.control_address_width,
                   minimum_address_width(arguments), 32)
+        check_choice("control_protocol", self.control_protocol, CONTROL_PROTOCOLS)
 
     @property
     def arguments(self) -> tuple[tuple[str, int], ...]:
