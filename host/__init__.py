@@ -1,7 +1,8 @@
 """Host runtime of the persistent engine (docs/host.md): ``host.Engine`` runs draft rounds,
 verify-tree builds and verifies through the engine's commands on a pluggable backend
 ("golden": ``golden.engine.Engine``; "rtl": ``host.RtlBackend``, the Verilated hardware
-engine run in process, with each command's cycles and bytes)
+engine run in process, with each command's cycles and bytes; "card": ``host.CardBackend``,
+the engine's Vitis kernel driven through its registers and rings, as on a card)
 and returns numpy arrays in SGLang's formats. ``python -m host`` decodes with a synthetic
 draft/target model pair and prints the acceptance figures.
 
@@ -10,6 +11,7 @@ nothing imports ``host`` but its tests.
 """
 
 from .backend import BACKENDS, Backend, CommandResult, GoldenBackend, make_backend
+from .card import CardBackend
 from .decode import DecodeRun, Metrics, decode
 from .engine import Engine, EngineError, engine_config
 from .kv import KVSlots
@@ -22,6 +24,7 @@ __all__ = [
     "BACKENDS",
     "Backend",
     "BigramModels",
+    "CardBackend",
     "CommandRecord",
     "CommandResult",
     "DecodeRun",

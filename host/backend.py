@@ -22,7 +22,7 @@ from golden.engine import Engine as GoldenEngine
 
 __all__ = ["BACKENDS", "Backend", "CommandResult", "GoldenBackend", "make_backend"]
 
-BACKENDS = ("golden", "rtl")
+BACKENDS = ("golden", "rtl", "card")
 
 
 @dataclass(frozen=True)
@@ -141,8 +141,10 @@ def make_backend(backend, config: EngineConfig, req_to_token: np.ndarray, *,
     ``backend`` itself when it is already a :class:`Backend`.
 
     ``"rtl"`` is :class:`host.rtl.RtlBackend` (the Verilated ``hw/dataflow`` engine, built
-    once per parameter set; it refuses a ``hot_token_id``). Raises ``ValueError`` for an
-    unknown name.
+    once per parameter set; it refuses a ``hot_token_id``), ``"card"``
+    :class:`host.card.CardBackend` (the engine's Vitis kernel through its registers and
+    rings, on the simulated card: the Verilated kernel with card memory behind its ports).
+    Raises ``ValueError`` for an unknown name.
     """
     if isinstance(backend, Backend):
         return backend
@@ -152,5 +154,9 @@ def make_backend(backend, config: EngineConfig, req_to_token: np.ndarray, *,
         from .rtl import RtlBackend
 
         return RtlBackend(config, req_to_token, hot_token_id=hot_token_id)
+    if backend == "card":
+        from .card import CardBackend
+
+        return CardBackend(config, req_to_token, hot_token_id=hot_token_id)
     raise ValueError(f"`backend` must be one of {', '.join(map(repr, BACKENDS))} or a "
                      f"host.Backend, not {backend!r}")

@@ -112,7 +112,6 @@ class RtlBackend(Backend):
                  memory_latency: int = 4, watchdog_cycles: int = 0,
                  timeout_cycles: int | None = None, log=None):
         from hw.dataflow.engine import EngineParams
-        from sim.verilated import Model
 
         if hot_token_id is not None:
             raise ValueError("`hot_token_id`: the rtl backend's engine build has no "
@@ -128,20 +127,24 @@ class RtlBackend(Backend):
             raise ValueError("`req_to_token` entries must fit int32 (the engine's table)")
         rows, context = table.shape
         self.config = config
-        self.params = EngineParams(**engine_parameters(
-            config, pool_rows=rows, context_len=context))
-        self.library = _library(tuple(sorted(engine_parameters(
-            config, pool_rows=rows, context_len=context).items())),
-            log if log is not None else _stderr)
-        self.model = Model(self.library)
+        parameters = engine_parameters(config, pool_rows=rows, context_len=context)
+        self.params = EngineParams(**parameters)
+        self._memory_latency = memory_latency
+        self._open(parameters, table.shape, log if log is not None else _stderr)
         self._watchdog_cycles = watchdog_cycles
         self.timeout_cycles = (watchdog_cycles or self.params.watchdog_cycles) + 1024 \
             if timeout_cycles is None else timeout_cycles
-        self._memory_latency = memory_latency
         self._rounds = []  # the commands that made the state of the slots: see ``restore``
         self._replaying = False
         self._before = None  # the table before the last begin_round
         self._start(table.astype(np.int64))
+
+    def _open(self, parameters: dict, table_shape, log) -> None:
+        """The hardware: the engine's model of the build ``parameters`` (built or found)."""
+        from sim.verilated import Model
+
+        self.library = _library(tuple(sorted(parameters.items())), log)
+        self.model = Model(self.library)
 
     def _start(self, table: np.ndarray):
         """A fresh card memory holding ``table``, the model reset and configured."""

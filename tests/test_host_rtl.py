@@ -1,4 +1,5 @@
-"""host.Engine on the rtl backend (the Verilated hw/dataflow engine, in process) against the
+"""host.Engine on the rtl backend (the Verilated hw/dataflow engine, in process) and on the
+card backend (its Vitis kernel, Verilated, driven through registers and rings) against the
 golden backend: the same commands give the same completions, bit for bit, over many rounds;
 every command reports its cycles and bytes.
 
@@ -47,12 +48,14 @@ def assert_same(got, expected, where=""):
         assert got == expected, f"{where}: {got!r}, golden {expected!r}"
 
 
-@pytest.fixture(scope="module")
-def rtl_engines():
-    """A factory of rtl-backed Engines on the one shared build (the first call builds it or
-    finds it in the cache)."""
+@pytest.fixture(scope="module", params=["rtl", "card"])
+def rtl_engines(request):
+    """A factory of Engines on the one shared build, on the rtl backend (the engine's
+    command stream) and on the card backend (its Vitis kernel's registers and rings); the
+    first call builds the model or finds it in the cache."""
     def make(config=CONFIG, **kwargs):
-        return host.Engine(config, vocab_size=V, backend="rtl", context_len=CONTEXT, **kwargs)
+        return host.Engine(config, vocab_size=V, backend=request.param, context_len=CONTEXT,
+                           **kwargs)
     make()
     return make
 

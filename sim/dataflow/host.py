@@ -336,7 +336,7 @@ class EngineHost:
         indptrs = self.memory.read_words(self.indptrs, 3 * (batch_size + 1)) \
             .reshape(3, batch_size + 1)
         mask_bytes = int(indptrs[2, -1])
-        mask = self.memory.data[self.mask:self.mask + mask_bytes].copy()
+        mask = self.memory.read_bytes(self.mask, mask_bytes)
         return {
             "n": n, "retrive_index": tree["retrive_index"],
             "retrive_next_token": tree["retrive_next_token"],

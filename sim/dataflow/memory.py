@@ -75,6 +75,10 @@ class CardMemory:
         """Store the bytes ``values`` (uint8) from byte ``address``."""
         self.data[address:address + len(values)] = values
 
+    def read_bytes(self, address, count):
+        """``count`` bytes (uint8, a copy) from byte ``address``."""
+        return self.data[address:address + count].copy()
+
     def read_words(self, address, count, *, signed=True):
         """``count`` words from byte ``address`` as int64 (sign-extended when ``signed``)."""
         raw = self.data[address:address + 4 * count].view("<u4").astype(np.int64)
