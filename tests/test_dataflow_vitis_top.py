@@ -32,10 +32,10 @@ from sim.payload import pack, unpack
 PATIENCE = 5_000
 #: The kernel's default set on 64-bit ports (a descriptor is several beats).
 PARAMETERS = {**KERNEL_PARAMETERS, "port_bits": 64, "logit_port_bits": 64}
-AXI4_READ = {"arvalid", "arready", "araddr", "arlen", "arsize", "arburst", "rvalid", "rready",
-             "rdata", "rlast", "rresp"}
-AXI4_WRITE = {"awvalid", "awready", "awaddr", "awlen", "awsize", "awburst", "wvalid", "wready",
-              "wdata", "wstrb", "wlast", "bvalid", "bready", "bresp"}
+AXI4_READ = {"arvalid", "arready", "araddr", "arlen", "arsize", "arburst", "arid", "rvalid",
+             "rready", "rdata", "rlast", "rresp", "rid"}
+AXI4_WRITE = {"awvalid", "awready", "awaddr", "awlen", "awsize", "awburst", "awid", "wvalid",
+              "wready", "wdata", "wstrb", "wlast", "bvalid", "bready", "bresp", "bid"}
 
 
 def test_ports_follow_the_interface():
@@ -102,14 +102,14 @@ def test_ports_that_share_data_are_linked_to_one_range():
 
 def test_axi_facts_of_the_ports():
     """Longest bursts: one beat for the word readers and writers, the fused verify's
-    ``max_burst`` (within a 4 KiB page) for the logits ports; no ID signals."""
+    ``max_burst`` (within a 4 KiB page) for the logits ports; one ID bit each."""
     p = kernel_parameters(**PARAMETERS)
     ports = {port.name: port for port in vitis_interface(p).memory_ports}
     assert {name: port.max_burst for name, port in ports.items()} == {
         **dict.fromkeys(("m_axi_ring", "m_axi_read", "m_axi_result", "m_axi_mask",
                          "m_axi_table"), 1),
         "m_axi_logits0": p.verify.max_burst, "m_axi_logits1": p.verify.max_burst}
-    assert {port.id_width for port in ports.values()} == {0}
+    assert {port.id_width for port in ports.values()} == {1}
     assert ports["m_axi_logits0"].axi_parameters()["MAX_BURST_LENGTH"] == "16"
 
 

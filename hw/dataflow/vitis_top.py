@@ -82,6 +82,11 @@ CONTROL_PROTOCOL = "user_managed"
 #: The memory every m_axi port's data lives in (``MemoryPort.memory``): one buffer for all.
 MEMORY = "card"
 
+#: ID bits of every m_axi port: the masters issue every burst with ID 0 (so the memory answers
+#: in order, as the engine's ports expect) and ignore RID/BID; the signals are there because
+#: AXI4 slaves and verification models (cocotbext-axi) expect them.
+ID_WIDTH = 1
+
 #: AXI4's 4 KiB boundary, which no burst crosses.
 _BOUNDARY = 4096
 
@@ -109,7 +114,7 @@ def vitis_interface(params: EngineParams) -> KernelInterface:
     return KernelInterface(
         kernel_name=KERNEL_NAME, top=KERNEL_NAME,
         memory_ports=[MemoryPort(f"m_axi_{name}", bits, access, argument=f"{name}_ptr",
-                                 max_burst=burst, memory=MEMORY)
+                                 max_burst=burst, memory=MEMORY, id_width=ID_WIDTH)
                       for name, bits, access, burst in _engine_ports(params)],
         scalars=RING_SCALARS + config + COUNTER_SCALARS, control_protocol=CONTROL_PROTOCOL)
 
@@ -323,9 +328,11 @@ class EngineKernel(wiring.Component):
                          top(f"{channel}burst").eq(a.payload.burst),
                          r.valid.eq(top(f"{response}valid")),
                          top(f"{response}ready").eq(r.ready)]
-            if port.id_width:
+            if port.id_width and "id" in a.payload.shape().members:
                 m.d.comb += [top(f"{channel}id").eq(a.payload.id),
                              r.payload.id.eq(top(f"{response}id"))]
+            elif port.id_width:  # an ID-less master: every burst ID 0, in order
+                m.d.comb += top(f"{channel}id").eq(0)
             if response == "r":
                 m.d.comb += [r.payload.data.eq(top("rdata")), r.payload.last.eq(top("rlast"))]
             else:

@@ -45,10 +45,14 @@ class CardMemory:
         uniformly in this inclusive range.
     stall : float
         Probability that a channel refuses or withholds a beat on a clock.
+    buffer : writable buffer or None
+        Holds the ``size`` bytes (shared with another model of the memory, e.g. the
+        ``mmap`` of cocotbext-axi's RAMs); None: a zeroed array of the memory's own.
     """
 
-    def __init__(self, size, *, seed=0, latency=(1, 8), stall=0.0):
-        self.data = np.zeros(size, np.uint8)
+    def __init__(self, size, *, seed=0, latency=(1, 8), stall=0.0, buffer=None):
+        self.data = np.zeros(size, np.uint8) if buffer is None else \
+            np.frombuffer(buffer, np.uint8, count=size)
         self._rng = random.Random(seed)
         self.latency = tuple(latency)
         self.stall = stall
