@@ -17,7 +17,7 @@ QUICK  ?=
 
 SIM_ARGS := $(if $(SEED),--seed $(SEED)) $(if $(filter 1,$(WAVES)),--waves) $(if $(CASE),--case $(CASE))
 
-.PHONY: help setup demo check sim synth build report report-e2e test test-full lint clean
+.PHONY: help setup demo check sim synth build report report-e2e report-counters test test-full lint clean
 
 help:
 	@echo "make demo                      the engine decoding on the rtl backend (Verilated), rtl == golden"
@@ -31,6 +31,7 @@ help:
 	@echo "                               Verilog, Vivado scripts, JSON reports -> build/<board>/"
 	@echo "make report [KERNEL=name]      benchmark contract, env manifest, cycle budget -> reports/"
 	@echo "make report-e2e                end-to-end decoding summary (serving tree, rtl) -> reports/"
+	@echo "make report-counters           the card's counters over a serving round -> reports/hw_counters.csv"
 	@echo "make bench-gpu [CPU=1]         GPU baseline (H100): verify/draft CSVs, fpga_vs_h100_summary.md"
 	@echo "make test                      CI tier: lint + regression (fast parameter sets)"
 	@echo "make test-full                 everything, including long sweeps"
@@ -68,6 +69,9 @@ report: $(SETUP)
 
 report-e2e: $(SETUP)
 	$(BIN)/python -m host.report
+
+report-counters: $(SETUP)
+	$(BIN)/python -m host.counters
 
 # The GPU baseline (bench/gpu, issues 37/38): needs the optional `gpu` group (torch, triton) and
 # an NVIDIA GPU; CPU=1 runs the CPU validation instead (TRITON_INTERPRET=1, build/bench-gpu/).

@@ -327,6 +327,10 @@ class CardBackend(RtlBackend):
         memory's latency).
     memory_stall : float
         The simulated card's probability of a stalled memory channel per clock.
+    every_counter : bool
+        Read every counter of the window around each command (about thirty register reads
+        more per command) and keep ``(command, changes)`` in :attr:`counter_log`
+        (``python -m host.counters``); else only the two figures are read.
 
     The buffer holds the layout of ``sim.dataflow.host.EngineHost`` and the two rings
     (:data:`RING_ENTRIES` entries each). Each command's ``cycles`` and ``bytes`` are the
@@ -336,8 +340,11 @@ class CardBackend(RtlBackend):
     name = "card"
 
     def __init__(self, config: EngineConfig, req_to_token, *, device: CardDevice | None = None,
-                 memory_stall: float = 0.0, **kwargs):
+                 memory_stall: float = 0.0, every_counter: bool = False, **kwargs):
         self._device, self._memory_stall = device, memory_stall
+        self._every_counter = every_counter
+        self.last_counters: dict[str, int] = {}  # counter -> its change over the last command
+        self.counter_log: list[tuple[str, dict[str, int]]] = []
         self._session = False
         super().__init__(config, req_to_token, **kwargs)
 
@@ -413,16 +420,17 @@ class CardBackend(RtlBackend):
             self._stop()
         self.device.close()
 
-    def _figures(self) -> tuple[int, int]:
-        """The kernel's ``command.cycles`` and its ports' ``bytes``, summed, as they stand."""
-        counter = self.registers.counter
-        return counter("command.cycles"), sum(counter(f"{port}.bytes")
-                                              for port in self.params.port_names)
+    def _counters(self) -> dict[str, int]:
+        """The counters the backend reads around a command, as they stand: every one with
+        ``every_counter``, else ``command.cycles`` and the ports' ``bytes``."""
+        names = self.registers.counters if self._every_counter else \
+            ["command.cycles", *(f"{port}.bytes" for port in self.params.port_names)]
+        return {name: self.registers.counter(name) for name in names}
 
     def _run(self, name, command) -> tuple[dict, int, int]:
         """The descriptor into the command ring and ``command_head`` written; the completion
         polled on ``completion_head`` and read from its ring."""
-        cycles_before, bytes_before = self._figures()
+        before = self._counters()
         payload = self._pack(**{**self._command_fields, **command})
         self.memory.write_words(self._command_ring + 4 * self._words * self._head,
                                 [payload >> (32 * k) & 0xFFFF_FFFF for k in range(self._words)])
@@ -448,12 +456,16 @@ class CardBackend(RtlBackend):
         if fields["tag"] != command["tag"]:
             raise RuntimeError(f"card backend: completion tag {fields['tag']} for {name}, "
                                f"sent {command['tag']}")
-        cycles_after, bytes_after = self._figures()
+        after = self._counters()
+        self.last_counters = {key: after[key] - before[key] for key in after}
+        if self._every_counter:
+            self.counter_log.append((name, self.last_counters))
         self._table = self.host.req_to_token()
         if isinstance(self.device, SimulatedCard) and not self.device.ports_idle \
                 and fields["status"] != Status.WATCHDOG:
             raise RuntimeError(f"card backend: {name} completed with memory bursts in flight")
-        return fields, cycles_after - cycles_before, bytes_after - bytes_before
+        data = sum(self.last_counters[f"{port}.bytes"] for port in self.params.port_names)
+        return fields, self.last_counters["command.cycles"], data
 
 
 def _ring_words(params) -> int:

@@ -8,8 +8,9 @@ clocks:
 
 * ``backpressure_cycles``: the memory refuses something the engine offers (an address on any
   ``ar``/``aw`` channel or a data beat on any ``w`` channel is valid and not ready);
-* ``memory_cycles``: otherwise, the engine waits for read data (a read burst is outstanding
-  on some port and no read beat arrives on any port this clock);
+* ``memory_cycles``: otherwise, the engine waits for the memory (a burst is outstanding on
+  some port, a read awaiting its data or a write awaiting its response, and no data beat
+  crosses any port this clock);
 * ``busy_cycles``: the rest, where the engine computes or moves data.
 
 All counters run from reset and wrap at ``COUNTER_BITS``; a host reads them before and after
@@ -30,7 +31,7 @@ __all__ = ["CommandCounters", "COMMAND_COUNTERS"]
 COMMAND_COUNTERS = ("commands", "cycles", "busy_cycles", "memory_cycles",
                     "backpressure_cycles")
 
-#: Read bursts one port may have outstanding, as counted (the engine's ports stay far below).
+#: Bursts one port may have outstanding, as counted (the engine's ports stay far below).
 _OUTSTANDING = 1 << 10
 
 
@@ -39,8 +40,8 @@ class CommandCounters(wiring.Component):
 
     Parameters
     ----------
-    read_ports : int, 1..64
-        Read ports whose outstanding bursts are tracked.
+    ports : int, 1..64
+        Memory ports whose outstanding bursts are tracked.
 
     Members
     -------
@@ -50,23 +51,23 @@ class CommandCounters(wiring.Component):
         The engine's completion is taken this clock.
     refused : In(1)
         Some ``ar``/``aw`` address or ``w`` beat is valid and not ready this clock.
-    read_issued : In(read_ports)
-        Per read port: an ``ar`` handshake this clock.
-    read_beat : In(read_ports)
-        Per read port: an ``r`` handshake this clock.
-    read_done : In(read_ports)
-        Per read port: an ``r`` handshake with ``last`` this clock.
+    beat : In(1)
+        Some ``r`` or ``w`` data beat crosses a port this clock.
+    issued : In(ports)
+        Per port: a burst is requested this clock (``ar`` or ``aw`` handshake).
+    retired : In(ports)
+        Per port: a burst is done this clock (its ``r`` beat with ``last``, or its ``b``
+        response, taken).
     commands, cycles, busy_cycles, memory_cycles, backpressure_cycles : Out(COUNTER_BITS)
         Commands taken, and the clocks of commands (``cycles``) by cause.
     """
 
-    def __init__(self, *, read_ports: int):
-        check_int("read_ports", read_ports, 1, 64)
-        self._read_ports = read_ports
+    def __init__(self, *, ports: int):
+        check_int("ports", ports, 1, 64)
+        self._ports = ports
         super().__init__({
             "command_taken": In(1), "completion_taken": In(1), "refused": In(1),
-            "read_issued": In(read_ports), "read_beat": In(read_ports),
-            "read_done": In(read_ports),
+            "beat": In(1), "issued": In(ports), "retired": In(ports),
             **{name: Out(COUNTER_BITS) for name in COMMAND_COUNTERS},
         })
 
@@ -78,11 +79,10 @@ class CommandCounters(wiring.Component):
         with m.If(self.completion_taken):
             m.d.sync += running.eq(0)
 
-        waiting = Signal()  # some port has a read burst outstanding
-        for port in range(self._read_ports):
+        waiting = Signal()  # some port has a burst outstanding
+        for port in range(self._ports):
             outstanding = Signal(range(_OUTSTANDING), name=f"outstanding{port}")
-            m.d.sync += outstanding.eq(outstanding + self.read_issued[port]
-                                       - self.read_done[port])
+            m.d.sync += outstanding.eq(outstanding + self.issued[port] - self.retired[port])
             with m.If(outstanding != 0):
                 m.d.comb += waiting.eq(1)
 
@@ -90,7 +90,7 @@ class CommandCounters(wiring.Component):
             m.d.sync += self.cycles.eq(self.cycles + 1)
             with m.If(self.refused):
                 m.d.sync += self.backpressure_cycles.eq(self.backpressure_cycles + 1)
-            with m.Elif(waiting & (self.read_beat == 0)):
+            with m.Elif(waiting & ~self.beat):
                 m.d.sync += self.memory_cycles.eq(self.memory_cycles + 1)
             with m.Else():
                 m.d.sync += self.busy_cycles.eq(self.busy_cycles + 1)

@@ -262,16 +262,24 @@ class EngineKernel(wiring.Component):
         p = self._params
         reads = [engine.read, *engine.logits]
         writes = [engine.result_write, engine.mask_write, engine.table_write]
-        m.submodules.command_counters = counters = CommandCounters(read_ports=len(reads))
+        m.submodules.command_counters = counters = CommandCounters(
+            ports=len(reads) + len(writes))
+
+        def handshake(channel):
+            return channel.valid & channel.ready
+
         offered = [port.ar for port in reads] + [c for port in writes for c in (port.aw, port.w)]
         m.d.comb += [
-            counters.command_taken.eq(engine.command.valid & engine.command.ready),
-            counters.completion_taken.eq(engine.completion.valid & engine.completion.ready),
+            counters.command_taken.eq(handshake(engine.command)),
+            counters.completion_taken.eq(handshake(engine.completion)),
             counters.refused.eq(Cat(c.valid & ~c.ready for c in offered).any()),
-            counters.read_issued.eq(Cat(port.ar.valid & port.ar.ready for port in reads)),
-            counters.read_beat.eq(Cat(port.r.valid & port.r.ready for port in reads)),
-            counters.read_done.eq(Cat(port.r.valid & port.r.ready & port.r.payload.last
-                                      for port in reads)),
+            counters.beat.eq(Cat(handshake(port.r) for port in reads).any()
+                             | Cat(handshake(port.w) for port in writes).any()),
+            counters.issued.eq(Cat(*(handshake(port.ar) for port in reads),
+                                   *(handshake(port.aw) for port in writes))),
+            counters.retired.eq(Cat(*(handshake(port.r) & port.r.payload.last
+                                      for port in reads),
+                                    *(handshake(port.b) for port in writes))),
         ]
         sources = [engine.counters[index][field] for index in range(len(p.port_names))
                    for field, _ in counter_layout]
