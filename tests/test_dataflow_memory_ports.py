@@ -213,7 +213,57 @@ def test_two_readers_share_a_port(port_bits, stall, outstanding):
     simulate(m, bench, background=[memory.serve_read(share.port, port_bits)])
 
 
+@pytest.mark.parametrize("port_bits,max_burst", [(32, 1), (32, 16), (64, 4), (256, 16),
+                                                (1024, 32)])
+def test_reader_bursts_stay_in_their_blocks(port_bits, max_burst):
+    """A run across a 4 KiB boundary: the reader covers exactly its beats, in order, with
+    bursts of at most ``max_burst`` beats, each within one ``max_burst``-beat block (so
+    within one 4 KiB page: the card memory checks that too), the fewest such bursts."""
+    port_bytes = port_bits // 8
+    m = Module()
+    m.submodules.reader = reader = WordReader(address_width=20, port_bits=port_bits,
+                                              max_words=2048, max_burst=max_burst)
+    memory = CardMemory(1 << 14, seed=max_burst, latency=(0, 4), stall=0.2)
+    rng = random.Random(port_bits * max_burst)
+    source = np.array([rng.getrandbits(32) for _ in range(4096)], np.int64)
+    memory.write_words(0, source)
+    first, count = 1024 - 3 * (port_bytes // 4) - 1, 700  # words; crosses byte 4096
+    bursts = []
+
+    async def bench(ctx):
+        ctx.set(reader.start, 1)
+        ctx.set(reader.address, 4 * first)
+        ctx.set(reader.count, count)
+        await ctx.tick()
+        ctx.set(reader.start, 0)
+        ctx.set(reader.words.ready, 1)
+        got = []
+        while ctx.get(reader.busy):
+            _, _, valid, word, ar_valid, ar_ready, ar = await ctx.tick().sample(
+                reader.words.valid, reader.words.payload, reader.port.ar.valid,
+                reader.port.ar.ready, reader.port.ar.payload)
+            if valid:
+                got.append(word)
+            if ar_valid and ar_ready:
+                bursts.append((ar.address, ar.length + 1))
+        assert got == [int(v) for v in source[first:first + count]]
+
+    simulate(m, bench, background=[memory.serve_read(reader.port, port_bits)])
+    start = 4 * first // port_bytes
+    end = -(-(4 * first + 4 * count) // port_bytes)  # beats [start, end)
+    beat = start
+    for address, beats in bursts:
+        assert address == beat * port_bytes and 1 <= beats <= max_burst
+        assert beat // max_burst == (beat + beats - 1) // max_burst, (address, beats)
+        beat += beats
+    assert beat == end
+    blocks = (end - 1) // max_burst - start // max_burst + 1
+    assert len(bursts) == blocks
+
+
 @pytest.mark.parametrize("make,name", [
+    (lambda: WordReader(port_bits=256, max_burst=256), "max_burst"),
+    (lambda: WordReader(max_burst=3), "max_burst"),
     (lambda: ReadShare(masters=1), "masters"),
     (lambda: ReadShare(outstanding=6), "outstanding"),
     (lambda: WordWriter(group_words=0), "group_words")])

@@ -101,16 +101,20 @@ def test_ports_that_share_data_are_linked_to_one_range():
 
 
 def test_axi_facts_of_the_ports():
-    """Longest bursts: one beat for the word readers and writers, the fused verify's
-    ``max_burst`` (within a 4 KiB page) for the logits ports; one ID bit each."""
+    """Longest bursts: ``READ_BURST`` beats for the word readers (the ring's reads too), one
+    beat for the word writers, the fused verify's ``max_burst`` (within a 4 KiB page) for
+    the logits ports; one ID bit each."""
+    from hw.dataflow.memory_ports import READ_BURST
+
     p = kernel_parameters(**PARAMETERS)
     ports = {port.name: port for port in vitis_interface(p).memory_ports}
     assert {name: port.max_burst for name, port in ports.items()} == {
-        **dict.fromkeys(("m_axi_ring", "m_axi_read", "m_axi_result", "m_axi_mask",
-                         "m_axi_table"), 1),
+        "m_axi_ring": READ_BURST, "m_axi_read": READ_BURST,
+        **dict.fromkeys(("m_axi_result", "m_axi_mask", "m_axi_table"), 1),
         "m_axi_logits0": p.verify.max_burst, "m_axi_logits1": p.verify.max_burst}
     assert {port.id_width for port in ports.values()} == {1}
     assert ports["m_axi_logits0"].axi_parameters()["MAX_BURST_LENGTH"] == "16"
+    assert ports["m_axi_read"].axi_parameters()["MAX_BURST_LENGTH"] == str(READ_BURST)
 
 
 def test_the_engine_is_a_user_managed_kernel():

@@ -4,11 +4,15 @@
 Every array the engine exchanges with card memory is a run of 32-bit little-endian words
 (docs/engine.md, "Memory formats"). ``WordReader`` turns ``count`` words from a byte address
 into a stream of words; ``WordWriter`` turns a stream of words into writes from a byte
-address. Both issue one-beat INCR bursts (``length`` 0) as fast as the port takes them, so no burst
-ever crosses a 4 KiB boundary and any number of reads may be in flight (the slave answers in
-order and may stall either channel). A run's first and last beats carry only the words that
-belong to it (the writer's byte strobes say which), so a run may start at any word. Both take
-a run's ``address`` and ``count`` into registers with ``start`` and begin it a clock later.
+address. The reader covers a run with INCR bursts of up to ``max_burst`` beats aligned to
+``max_burst``-beat blocks (the first runs to the next block boundary), so none crosses a 4 KiB
+boundary; it issues them as fast as the port takes them, and any number may be in flight (the
+slave answers in order and may stall either channel). The writer issues a one-beat burst per
+whole beat as the beats come: a write burst's length must be known before its data, and a
+one-beat burst never leaves the bus waiting for data that an aborted command will not send.
+A run's first and last beats carry only the words that belong to it (the writer's byte
+strobes say which), so a run may start at any word. Both take a run's ``address`` and
+``count`` into registers with ``start`` and begin it a clock later.
 
 ``PortCounters`` counts, per port, the data beats and bytes that crossed it and the cycles it
 was busy or stalled: the figures of the engine's byte accounting.
@@ -26,10 +30,15 @@ from hw.lib.params import check_int, check_power_of_two, index_bits
 # ``read_port_signature`` and ``write_port_signature`` are hw.lib.axi's, named here too for
 # the modules that import them from here (hw.dataflow.engine, sim.dataflow.memory).
 __all__ = ["read_port_signature", "write_port_signature", "WordReader", "WordWriter",
-           "ReadShare", "PortCounters", "COUNTER_BITS"]
+           "ReadShare", "PortCounters", "COUNTER_BITS", "READ_BURST"]
 
 #: Width of every port counter (2**48 bytes at 300 MHz is about nine days of traffic).
 COUNTER_BITS = 48
+
+#: Most beats of a ``WordReader`` burst (the default; AXI4's 4 KiB boundary caps it).
+READ_BURST = 16
+
+_BOUNDARY = 4096  # AXI4: no burst crosses a 4 KiB address boundary
 
 
 class _Countdown:
@@ -86,6 +95,8 @@ class WordReader(wiring.Component):
         Data bits per beat.
     max_words : int, at least 1
         Longest run.
+    max_burst : int, a power of two, 1 .. 4096 / (port_bits / 8)
+        Most beats per burst.
 
     Members
     -------
@@ -106,11 +117,14 @@ class WordReader(wiring.Component):
         High from the clock after ``start`` until the last word has left.
     """
 
-    def __init__(self, *, address_width=32, port_bits=256, max_words=1024):
+    def __init__(self, *, address_width=32, port_bits=256, max_words=1024,
+                 max_burst=READ_BURST):
         _check_port(address_width, port_bits)
         self._address_width = address_width
         self._lanes = port_bits // 32
         self._max_words = check_int("max_words", max_words, 1)
+        self._max_burst = check_power_of_two("max_burst", max_burst, 1,
+                                             _BOUNDARY // (port_bits // 8))
         super().__init__({
             "port": Out(read_port_signature(address_width, port_bits)),
             "start": In(1),
@@ -128,19 +142,28 @@ class WordReader(wiring.Component):
         lane_bits = max(1, (lanes - 1).bit_length())
         ar, r = self.port.ar, self.port.r
 
-        beats_left = _Countdown(self._max_words + 1, name="beats_left")  # bursts not requested
+        beats_left = _Countdown(self._max_words + 1, name="beats_left")  # beats not requested
         words_left = _Countdown(self._max_words, name="words_left")  # words not streamed out
         lane = Signal(lane_bits)
         beat = Signal(32 * lanes)
         beat_valid = Signal()
 
+        # The burst offered: to the next `max_burst`-beat block boundary, or the run's rest.
+        block = self._max_burst
+        size_bits = port_bytes.bit_length() - 1
+        room = Signal(range(block + 1))
+        burst = Signal(range(block + 1))
+        m.d.comb += room.eq(block - (ar.payload.address[size_bits:size_bits + block.bit_length()
+                                                         - 1] if block > 1 else 0))
+        m.d.comb += burst.eq(Mux(beats_left.value < room, beats_left.value, room))
+
         run = _RunStart(m, self, lanes)
-        m.d.comb += [ar.valid.eq(beats_left.nonzero), ar.payload.length.eq(0),
+        m.d.comb += [ar.valid.eq(beats_left.nonzero), ar.payload.length.eq(burst - 1),
                      ar.payload.burst.eq(Burst.INCR),
                      self.busy.eq(run.pending | words_left.nonzero)]
         with m.If(ar.valid & ar.ready):
-            m.d.sync += ar.payload.address.eq(ar.payload.address + port_bytes)
-            beats_left.decrement(m)
+            m.d.sync += ar.payload.address.eq(ar.payload.address + (burst << size_bits))
+            beats_left.decrement(m, burst)
 
         word_lanes = [beat[32 * i:32 * (i + 1)] for i in range(lanes)]
         m.d.comb += [self.words.valid.eq(beat_valid),

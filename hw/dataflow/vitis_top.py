@@ -40,6 +40,7 @@ from hw.lib.kernel_interface import KernelInterface, MemoryPort
 
 from .command_counters import COMMAND_COUNTERS, CommandCounters
 from .engine import EngineParams, PersistentEngine
+from .memory_ports import READ_BURST
 from .params import counter_layout
 from .ring import CommandRing, CompletionRing
 
@@ -93,10 +94,12 @@ _BOUNDARY = 4096
 
 def _engine_ports(p: EngineParams):
     """``(port name, data bits, access, longest burst)`` of every m_axi port, in argument
-    order: the word readers and writers issue one-beat bursts, the fused verify's logits
-    loaders bursts of up to ``max_burst`` beats within a 4 KiB page."""
+    order: the word readers issue bursts of up to ``READ_BURST`` beats, the word writers
+    one-beat bursts, the fused verify's logits loaders bursts of up to ``max_burst`` beats;
+    none crosses a 4 KiB page."""
     logit_burst = min(p.verify.max_burst, _BOUNDARY // (p.logit_port_bits // 8))
-    return [("ring", p.port_bits, "readwrite", 1), ("read", p.port_bits, "read", 1),
+    return [("ring", p.port_bits, "readwrite", READ_BURST),
+            ("read", p.port_bits, "read", READ_BURST),
             ("result", p.port_bits, "write", 1), ("mask", p.port_bits, "write", 1),
             ("table", p.port_bits, "write", 1),
             *((f"logits{i}", p.logit_port_bits, "read", logit_burst)
@@ -168,7 +171,8 @@ class EngineKernel(wiring.Component):
     m_axi_<port>_<signal> : AXI4 masters
         Per port of ``vitis_interface(params).memory_ports`` (``axi4_master_members``):
         ``AxSIZE`` is the port's bytes per beat (log2), ``AxBURST`` the masters' (INCR); the
-        engine's bursts are single beats except the logits ports' (up to ``max_burst``).
+        readers' bursts are up to ``READ_BURST`` beats, the logits ports' up to
+        ``max_burst``, the writers' single beats.
     """
 
     def __init__(self, **parameters):
