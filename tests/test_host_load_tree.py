@@ -107,11 +107,13 @@ def test_host_load_tree_needs_a_drafted_round():
         engine.load_tree(**tree, num_speculative_tokens=2)
 
 
-@pytest.fixture(scope="module")
-def rtl_engines():
-    """rtl-backed Engines on the build of tests/test_host_rtl.py."""
+@pytest.fixture(scope="module", params=["rtl", "card"])
+def rtl_engines(request):
+    """Engines on the build of tests/test_host_rtl.py, on the rtl backend and on the card
+    backend (the engine's Vitis kernel through its registers and rings)."""
     def make(**kwargs):
-        return host.Engine(CONFIG, vocab_size=V, backend="rtl", context_len=CONTEXT, **kwargs)
+        return host.Engine(CONFIG, vocab_size=V, backend=request.param, context_len=CONTEXT,
+                           **kwargs)
     make()
     return make
 
