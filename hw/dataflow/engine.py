@@ -57,7 +57,7 @@ from .memory_ports import (
 )
 from .params import EngineParams, counter_layout
 from .proba_fetch import store_fetched_probas
-from .read_state import read_state_states
+from .read_state import ReadState, slot_info_layout
 from .records import ARGUMENT
 from .runs import table_address
 from .verify import verify_states
@@ -231,9 +231,7 @@ class PersistentEngine(wiring.Component):
         # which slots have such a record since reset, as memories keep their contents through
         # a reset) and its row in the round in flight (`in_round` says which slots that round
         # has).
-        info_layout = data.StructLayout({"phase": 2, "seq_len": 32, "pool": 32,
-                                         "cumu_count": 32})
-        info_rd, info_wr = memory("slot_info", info_layout, MAXB)
+        info_rd, info_wr = memory("slot_info", slot_info_layout, MAXB)
         slot_row_rd, slot_row_wr = memory("slot_row", range(MAXB), MAXB)
         in_round = Signal(MAXB)
         saved = Signal(MAXB)
@@ -265,7 +263,7 @@ class PersistentEngine(wiring.Component):
         ws_last = Signal(range(-1, MAXV + K), init=-1)  # ws0 + K - 1: K3's scores per row, less one
 
         b = Signal(range(MAXB + 2))  # request of the batch (up to B + 1: the indptrs' entries)
-        # read_state counts the most elements: a full tree's nodes, then both score rows
+        # the largest loop bound of the commands (a full tree's nodes and both score rows)
         elements = max(R, NM, MAXV + K, WM * F, MAXN + 2 * MAXV + K)
         i = Signal(range(elements + 2))  # element within it
         j = Signal(range(elements + 2))  # second element counter
@@ -280,7 +278,6 @@ class PersistentEngine(wiring.Component):
         proba_index = Signal(range(NM + 1))
         parent_scores = Array(Signal(32, name=f"parent_score{w}") for w in range(WM))
         result = Signal(k1.result_layout)
-        out_node = Signal(k2.host_response_layout)
         vn = Signal(range(MAXV + 1))  # n, the verify-set size
         verify_nodes = Signal(range(MAXB * MAXV + 1))  # batch * vn, a clock behind vn
         mode = Signal(2)
@@ -351,9 +348,19 @@ class PersistentEngine(wiring.Component):
         remaining = Signal(range(p.watchdog_cycles + 1))
         expired = Signal()  # remaining reached 0 a clock ago
         limit = Mux(cfg.watchdog_cycles != 0, cfg.watchdog_cycles, p.watchdog_cycles)
+        # The commands that are components of their own, started and finished by the
+        # sequencer (docs/engine.md, "The hardware").
+        read_state = kernel("read_state", ReadState(p))
+        self._connect_read_state(m, read_state, c)
         with m.FSM(name="sequencer") as sequencer:
             with m.State("IDLE"):
                 m.d.comb += self.command.ready.eq(1)
+                m.d.comb += [read_state.start.payload.slot.eq(self.command.payload.slot),
+                             read_state.start.payload.address.eq(
+                                 self.command.payload.address0),
+                             read_state.start.valid.eq(
+                                 self.command.valid
+                                 & (self.command.payload.opcode == Opcode.READ_STATE))]
                 with m.If(self.command.valid):
                     m.d.sync += [cmd.eq(self.command.payload), status.eq(Status.OK),
                                  fetched_ahead.eq(0),
@@ -370,7 +377,7 @@ class PersistentEngine(wiring.Component):
                         with m.Case(Opcode.VERIFY):
                             m.next = "RUN_CHECK"
                         with m.Case(Opcode.READ_STATE):
-                            m.next = "STATE_CHECK"
+                            m.next = "READ_STATE"
                         with m.Case(Opcode.LOAD_TREE):
                             m.next = "LOAD_CHECK"
                         with m.Default():
@@ -381,8 +388,19 @@ class PersistentEngine(wiring.Component):
             draft_depth_states(m, c)
             build_verify_states(m, c)
             verify_states(m, c)
-            read_state_states(m, c)
             load_tree_states(m, c)
+
+            with m.State("READ_STATE"):
+                m.d.comb += [info_rd.addr.eq(cmd.slot), slot_row_rd.addr.eq(cmd.slot),
+                             seq_rd.addr.eq(row(slot_row_rd.data)),
+                             pool_rd.addr.eq(row(slot_row_rd.data)),
+                             k2.host_rsp.ready.eq(read_state.k2_rsp.ready),
+                             read_state.done.ready.eq(1)]
+                wiring.connect(m, read_state.k2_cmd, host_cmd)
+                self._drive_writer(m, read_state.writer, rwriter)
+                with m.If(read_state.done.valid):
+                    m.d.sync += [status.eq(read_state.done.payload), i.eq(0), j.eq(0)]
+                    m.next = "COMPLETE"
 
             with m.State("WATCHDOG_SAVE"):
                 # The command was cut off (its kernels reset): the round in flight ends
@@ -412,3 +430,26 @@ class PersistentEngine(wiring.Component):
                 m.d.sync += [sequencer.state.eq(sequencer.encoding["WATCHDOG_SAVE"]),
                              abort.eq(1), b.eq(0), j.eq(0), expired.eq(0)]
         return m
+
+    @staticmethod
+    def _connect_read_state(m, read_state, c):
+        """The inputs ``ReadState`` reads whatever the sequencer does: the slot memories'
+        data, the round's state, the result writer's and K2's answers."""
+        m.d.comb += [read_state.info.eq(c.info_rd.data),
+                     read_state.batch_seq_len.eq(c.seq_rd.data),
+                     read_state.batch_pool.eq(c.pool_rd.data),
+                     read_state.in_round.eq(c.in_round), read_state.saved.eq(c.saved),
+                     read_state.phase.eq(c.phase), read_state.cumu_count.eq(c.cumu_count),
+                     read_state.writer.busy.eq(c.rwriter.busy),
+                     read_state.writer.words.ready.eq(c.rwriter.words.ready),
+                     read_state.k2_rsp.valid.eq(c.k2.host_rsp.valid),
+                     read_state.k2_rsp.payload.eq(c.k2.host_rsp.payload)]
+
+    @staticmethod
+    def _drive_writer(m, control, writer):
+        """A command's ``writer_control_signature`` onto a ``WordWriter`` (in the states the
+        command owns the writer)."""
+        m.d.comb += [writer.start.eq(control.start), writer.address.eq(control.address),
+                     writer.count.eq(control.count),
+                     writer.words.valid.eq(control.words.valid),
+                     writer.words.payload.eq(control.words.payload)]

@@ -1,5 +1,5 @@
-"""The engine's ``read_state`` command as states of its sequencer
-(``hw.dataflow.engine.PersistentEngine``): one slot's state out to memory, for debugging and replay.
+"""The engine's ``read_state`` command (``hw.dataflow.engine.PersistentEngine``): one slot's state
+out to memory, for debugging and replay.
 
 The state record (``records.STATE``; docs/engine.md, "Memory formats"): phase, ``seq_len``,
 ``req_pool_index`` (-1 for a slot no round has used), ``cumu_count``; then the ``cumu_count``
@@ -8,102 +8,178 @@ valid nodes of the slot's tree (``records.NODE``, read out of K2), its
 that round; any other slot what its last round left.
 """
 
-from amaranth.hdl import Array, Mux, Signal
+from amaranth.hdl import Array, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
 
 from hw.kernels.update_state import Region
 
 from .commands import Phase, Status
 from .records import NODE, STATE
 
-__all__ = ["read_state_states"]
+__all__ = ["ReadState", "slot_info_layout", "writer_control_signature"]
+
+#: What a slot's last round left (the engine's ``slot_info`` memory, a row per slot).
+slot_info_layout = data.StructLayout({"phase": 2, "seq_len": 32, "pool": 32, "cumu_count": 32})
 
 
-def read_state_states(m, c):
-    """The sequencer states of ``read_state`` (see the module).
+def writer_control_signature(address_width: int, max_words: int) -> wiring.Signature:
+    """A ``WordWriter`` run as its user drives it: ``start``, ``address``, ``count``, the
+    ``words`` stream out, ``busy`` in."""
+    return wiring.Signature({"start": Out(1), "address": Out(address_width),
+                             "count": Out(range(max_words + 1)),
+                             "words": Out(stream.Signature(32)), "busy": In(1)})
 
-    ``c`` holds the engine's shared signals, memories and kernels (``PersistentEngine.elaborate``).
+
+class ReadState(wiring.Component):
+    """``read_state`` (see the module): started by a ``start`` transfer, finished by a
+    ``done`` transfer offered in the clock the command ends (a dispatcher that takes it
+    then completes the command in the next clock).
+
+    Parameters
+    ----------
+    params : EngineParams
+        The engine's build.
+
+    Members
+    -------
+    start : In(stream.Signature({"slot": ..., "address": ...}))
+        The command's slot and the state record's byte address.
+    done : Out(stream.Signature(3))
+        The command's ``Status``: ``OK``, or ``BAD_SLOT`` for a slot past ``max_batch``.
+    info : In(slot_info_layout)
+        The slot's ``slot_info`` row, a clock after the start (the dispatcher reads the row
+        of the command's slot).
+    batch_seq_len, batch_pool : In(32)
+        The slot's ``seq_len`` and ``req_pool_index`` in the round in flight, two clocks
+        after the start (the dispatcher reads them at the slot's batch row).
+    in_round, saved : In(max_batch)
+        Per slot: in the round in flight; has a ``slot_info`` row.
+    phase : In(2)
+        The round in flight's ``Phase``.
+    cumu_count : In(range(max_node_count + max_candidates + 1))
+        The round in flight's node count.
+    writer : Out(writer_control_signature(...))
+        The result writer (``result_write``).
+    k2_cmd : Out(stream.Signature(params.k2.host_command_layout))
+        K2's host port: element reads.
+    k2_rsp : In(stream.Signature(params.k2.host_response_layout))
+        Their answers.
     """
-    slot = c.cmd.slot
-    with m.State("STATE_CHECK"):
-        m.d.comb += [c.info_rd.addr.eq(slot), c.slot_row_rd.addr.eq(slot)]
-        with m.If(slot >= c.MAXB):
-            m.d.sync += c.status.eq(Status.BAD_SLOT)
-            m.next = "COMPLETE"
-        with m.Else():
-            m.d.sync += [c.i.eq(0), c.j.eq(0)]
-            m.next = "STATE_ROW"
 
-    # whether the slot is in the round in flight, or has a saved record (from STATE_ROW on)
-    current = Signal(name="state_current")
-    saved = Signal(name="state_saved")
-    with m.State("STATE_ROW"):  # the slot's info and batch row are read
-        m.d.comb += [c.info_rd.addr.eq(slot), c.slot_row_rd.addr.eq(slot),
-                     c.seq_rd.addr.eq(c.row(c.slot_row_rd.data)),
-                     c.pool_rd.addr.eq(c.row(c.slot_row_rd.data))]
-        m.d.sync += [current.eq(c.in_round.bit_select(slot[:len(c.in_round).bit_length()], 1)),
-                     saved.eq(c.saved.bit_select(slot[:len(c.saved).bit_length()], 1))]
-        m.next = "STATE_HEADER"
+    def __init__(self, params):
+        self._params = p = params
+        slot_width = p.command_layout["slot"].width
+        super().__init__({
+            "start": In(stream.Signature(data.StructLayout({
+                "slot": slot_width, "address": p.address_width}))),
+            "done": Out(stream.Signature(3)),
+            "info": In(slot_info_layout),
+            "batch_seq_len": In(32), "batch_pool": In(32),
+            "in_round": In(p.max_batch), "saved": In(p.max_batch),
+            "phase": In(2),
+            "cumu_count": In(range(p.max_node_count + p.max_candidates + 1)),
+            "writer": Out(writer_control_signature(p.address_width, p.max_run_words)),
+            "k2_cmd": Out(stream.Signature(p.k2.host_command_layout)),
+            "k2_rsp": In(stream.Signature(p.k2.host_response_layout)),
+        })
 
-    with m.State("STATE_HEADER"):
-        m.d.comb += [c.info_rd.addr.eq(slot), c.slot_row_rd.addr.eq(slot),
-                     c.seq_rd.addr.eq(c.row(c.slot_row_rd.data)),
-                     c.pool_rd.addr.eq(c.row(c.slot_row_rd.data))]
-        info = c.info_rd.data
-        used = current | saved
-        header = Array(STATE.in_order({
-            "phase": Mux(current, c.phase, Mux(saved, info.phase, Phase.IDLE)),
-            "seq_len": Mux(current, c.seq_rd.data, Mux(saved, info.seq_len, 0)),
-            "req_pool_index": Mux(current, c.pool_rd.data, Mux(saved, info.pool, -1)),
-            "cumu_count": Mux(current, c.cumu_count, Mux(saved, info.cumu_count, 0))}))
-        with m.If(c.j == 0):  # the slot's node count first, in a register
-            m.d.sync += [c.j.eq(1),
-                         c.running.eq(Mux(used, header[STATE.word("cumu_count")], 0))]
-        with m.Elif(c.j == 1):
-            m.d.comb += [c.rwriter.start.eq(1), c.rwriter.address.eq(c.cmd.address0),
-                         c.rwriter.count.eq(STATE.size + NODE.size * c.running
-                                            + 2 * c.MAXV + c.K)]
-            m.d.sync += c.j.eq(2)
-        with m.Else():
-            m.d.comb += [c.rwriter.words.valid.eq(1), c.rwriter.words.payload.eq(header[c.i])]
-            with m.If(c.rwriter.words.ready):
-                m.d.sync += c.i.eq(c.i + 1)
-                with m.If(c.i == STATE.size - 1):
-                    m.d.sync += [c.i.eq(0), c.j.eq(0)]
-                    m.next = "STATE_ROWS"
+    def elaborate(self, platform):
+        p = self._params
+        MAXB, MAXV, K = p.max_batch, p.max_verify_num, p.node_top_k
+        m = Module()
+        slot = Signal.like(self.start.payload.slot)
+        address = Signal.like(self.start.payload.address)
+        total = p.max_node_count + 2 * MAXV + K  # elements of the longest record
+        i = Signal(range(total + 2))  # element
+        j = Signal(range(max(STATE.size, NODE.size) + 3))  # step within it
+        nodes = Signal(range(p.max_node_count + p.max_candidates + 1))  # the slot's
+        node = Signal(p.k2.host_response_layout)  # the element K2 answered
+        current = Signal()  # the slot is in the round in flight
+        saved = Signal()  # the slot has a saved record
+        writer = self.writer
 
-    with m.State("STATE_ROWS"):
-        # element i of the nodes (c.running of them), then sort_scores, then work_scores:
-        # j = 0 read, 1 wait for the answer, 2.. its words out
-        host = c.host_cmd.payload
-        nodes = c.running
-        in_sort = c.i >= nodes
-        in_work = c.i >= nodes + c.MAXV
-        total = nodes + 2 * c.MAXV + c.K
-        index = Mux(in_work, c.i - nodes - c.MAXV, Mux(in_sort, c.i - nodes, c.i))
-        m.d.comb += [c.slot_rd.addr.eq(0), host.slot.eq(slot), host.index.eq(index),
-                     host.region.eq(Mux(in_work, Region.WORK,
-                                        Mux(in_sort, Region.SORT, Region.NODE))),
-                     c.k2.host_rsp.ready.eq(1)]
-        words = Mux(in_sort, 1, NODE.size)
-        with m.If(c.i == total):
-            with m.If(~c.rwriter.busy):
-                m.d.sync += [c.i.eq(0), c.j.eq(0)]
-                m.next = "COMPLETE"
-        with m.Elif(c.j == 0):
-            m.d.comb += c.host_cmd.valid.eq(1)
-            with m.If(c.host_cmd.ready):
-                m.d.sync += c.j.eq(1)
-        with m.Elif(c.j == 1):
-            with m.If(c.k2.host_rsp.valid):
-                m.d.sync += [c.out_node.eq(c.k2.host_rsp.payload), c.j.eq(2)]
-        with m.Else():
-            node = c.out_node
-            fields = Array(NODE.in_order({"token": node.tok, "score": node.score,
-                                          "delta": node.delta, "prev": node.prev,
-                                          "next": node.next, "side": node.side}))
-            m.d.comb += [c.rwriter.words.valid.eq(1),
-                         c.rwriter.words.payload.eq(Mux(in_sort, node.score, fields[c.j - 2]))]
-            with m.If(c.rwriter.words.ready):
-                m.d.sync += c.j.eq(c.j + 1)
-                with m.If(c.j - 2 == words - 1):
-                    m.d.sync += [c.j.eq(0), c.i.eq(c.i + 1)]
+        with m.FSM(name="read_state"):
+            with m.State("IDLE"):
+                m.d.comb += self.start.ready.eq(1)
+                with m.If(self.start.valid):
+                    m.d.sync += [slot.eq(self.start.payload.slot),
+                                 address.eq(self.start.payload.address), i.eq(0), j.eq(0)]
+                    m.next = "CHECK"
+
+            with m.State("CHECK"):
+                with m.If(slot >= MAXB):
+                    m.d.comb += [self.done.valid.eq(1), self.done.payload.eq(Status.BAD_SLOT)]
+                    with m.If(self.done.ready):
+                        m.next = "IDLE"
+                with m.Else():
+                    m.next = "ROW"
+
+            with m.State("ROW"):  # the slot's info and batch row are read
+                bits = len(self.in_round).bit_length()
+                m.d.sync += [current.eq(self.in_round.bit_select(slot[:bits], 1)),
+                             saved.eq(self.saved.bit_select(slot[:bits], 1))]
+                m.next = "HEADER"
+
+            with m.State("HEADER"):
+                info = self.info
+                used = current | saved
+                header = Array(STATE.in_order({
+                    "phase": Mux(current, self.phase, Mux(saved, info.phase, Phase.IDLE)),
+                    "seq_len": Mux(current, self.batch_seq_len, Mux(saved, info.seq_len, 0)),
+                    "req_pool_index": Mux(current, self.batch_pool,
+                                          Mux(saved, info.pool, -1)),
+                    "cumu_count": Mux(current, self.cumu_count,
+                                      Mux(saved, info.cumu_count, 0))}))
+                with m.If(j == 0):  # the slot's node count first, in a register
+                    m.d.sync += [j.eq(1),
+                                 nodes.eq(Mux(used, header[STATE.word("cumu_count")], 0))]
+                with m.Elif(j == 1):
+                    m.d.comb += [writer.start.eq(1), writer.address.eq(address),
+                                 writer.count.eq(STATE.size + NODE.size * nodes
+                                                 + 2 * MAXV + K)]
+                    m.d.sync += j.eq(2)
+                with m.Else():
+                    m.d.comb += [writer.words.valid.eq(1), writer.words.payload.eq(header[i])]
+                    with m.If(writer.words.ready):
+                        m.d.sync += i.eq(i + 1)
+                        with m.If(i == STATE.size - 1):
+                            m.d.sync += [i.eq(0), j.eq(0)]
+                            m.next = "ROWS"
+
+            with m.State("ROWS"):
+                # element i of the nodes, then sort_scores, then work_scores: j = 0 read,
+                # 1 wait for the answer, 2.. its words out
+                command = self.k2_cmd.payload
+                in_sort = i >= nodes
+                in_work = i >= nodes + MAXV
+                index = Mux(in_work, i - nodes - MAXV, Mux(in_sort, i - nodes, i))
+                m.d.comb += [command.slot.eq(slot), command.index.eq(index),
+                             command.region.eq(Mux(in_work, Region.WORK,
+                                                   Mux(in_sort, Region.SORT, Region.NODE))),
+                             self.k2_rsp.ready.eq(1)]
+                words = Mux(in_sort, 1, NODE.size)
+                with m.If(i == nodes + 2 * MAXV + K):
+                    with m.If(~writer.busy):
+                        m.d.comb += [self.done.valid.eq(1), self.done.payload.eq(Status.OK)]
+                        with m.If(self.done.ready):
+                            m.next = "IDLE"
+                with m.Elif(j == 0):
+                    m.d.comb += self.k2_cmd.valid.eq(1)
+                    with m.If(self.k2_cmd.ready):
+                        m.d.sync += j.eq(1)
+                with m.Elif(j == 1):
+                    with m.If(self.k2_rsp.valid):
+                        m.d.sync += [node.eq(self.k2_rsp.payload), j.eq(2)]
+                with m.Else():
+                    fields = Array(NODE.in_order({"token": node.tok, "score": node.score,
+                                                  "delta": node.delta, "prev": node.prev,
+                                                  "next": node.next, "side": node.side}))
+                    m.d.comb += [writer.words.valid.eq(1),
+                                 writer.words.payload.eq(Mux(in_sort, node.score,
+                                                             fields[j - 2]))]
+                    with m.If(writer.words.ready):
+                        m.d.sync += j.eq(j + 1)
+                        with m.If(j - 2 == words - 1):
+                            m.d.sync += [j.eq(0), i.eq(i + 1)]
+        return m
