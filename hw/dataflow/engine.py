@@ -45,7 +45,7 @@ from hw.lib.stream import RegisterSlice
 from .build_verify import build_verify_states
 from .commands import ONE_BITS, ROOT_SCORE_BITS, Opcode, Phase, Status, StopReason
 from .draft_states import begin_round_states, draft_depth_states, save_round
-from .load_tree import load_tree_states
+from .load_tree import LoadTree, verify_tree_layout
 from .mask_bytes import MaskBytes
 from .memory_ports import (
     PortCounters,
@@ -203,9 +203,7 @@ class PersistentEngine(wiring.Component):
         # the verify KV slots, stored and copied out a read beat a clock (and K7's copy)
         locs = m.submodules.verify_cache_locs = WordBanks(depth=MAXB * MAXV, lanes=lanes)
         locs2 = m.submodules.verify_cache_locs_k7 = WordBanks(depth=MAXB * MAXV, lanes=lanes)
-        tree_layout = data.StructLayout({"token": 32, "index": 32, "next": signed(16),
-                                         "sibling": signed(16)})
-        vtree_rd, vtree_wr = memory("verify_tree", tree_layout, MAXB * MAXV)
+        vtree_rd, vtree_wr = memory("verify_tree", verify_tree_layout, MAXB * MAXV)
         VQ = p.verify_request_words + MAXV
         vreq_mem = m.submodules.verify_requests = Memory(shape=32, depth=MAXB * VQ, init=[])
         vreq_rd, vreq_wr = vreq_mem.read_port(), vreq_mem.write_port()
@@ -352,6 +350,10 @@ class PersistentEngine(wiring.Component):
         # sequencer (docs/engine.md, "The hardware").
         read_state = kernel("read_state", ReadState(p))
         self._connect_read_state(m, read_state, c)
+        load_tree = kernel("load_tree", LoadTree(p))
+        m.d.comb += [load_tree.phase.eq(phase), load_tree.batch.eq(batch),
+                     load_tree.vocab_size.eq(cfg.vocab_size)]
+        self._feed_reader(m, load_tree.reader, reader)
         with m.FSM(name="sequencer") as sequencer:
             with m.State("IDLE"):
                 m.d.comb += self.command.ready.eq(1)
@@ -361,6 +363,14 @@ class PersistentEngine(wiring.Component):
                              read_state.start.valid.eq(
                                  self.command.valid
                                  & (self.command.payload.opcode == Opcode.READ_STATE))]
+                start = load_tree.start.payload
+                m.d.comb += [start.verify_num.eq(self.command.payload.verify_num),
+                             start.depths.eq(self.command.payload.depths),
+                             start.trees.eq(self.command.payload.address0),
+                             start.locs.eq(self.command.payload.address1),
+                             load_tree.start.valid.eq(
+                                 self.command.valid
+                                 & (self.command.payload.opcode == Opcode.LOAD_TREE))]
                 with m.If(self.command.valid):
                     m.d.sync += [cmd.eq(self.command.payload), status.eq(Status.OK),
                                  fetched_ahead.eq(0),
@@ -379,7 +389,7 @@ class PersistentEngine(wiring.Component):
                         with m.Case(Opcode.READ_STATE):
                             m.next = "READ_STATE"
                         with m.Case(Opcode.LOAD_TREE):
-                            m.next = "LOAD_CHECK"
+                            m.next = "LOAD_TREE"
                         with m.Default():
                             m.d.sync += status.eq(Status.BAD_ARGUMENT)
                             m.next = "COMPLETE"
@@ -388,7 +398,22 @@ class PersistentEngine(wiring.Component):
             draft_depth_states(m, c)
             build_verify_states(m, c)
             verify_states(m, c)
-            load_tree_states(m, c)
+            with m.State("LOAD_TREE"):
+                self._drive_reader(m, load_tree.reader, reader)
+                for banks in (locs, locs2):
+                    m.d.comb += [banks.write_at.eq(load_tree.locs_at),
+                                 banks.write.eq(reader.group.payload),
+                                 banks.write_en.eq(load_tree.locs_en)]
+                m.d.comb += [vtree_wr.addr.eq(load_tree.tree_at),
+                             vtree_wr.data.eq(load_tree.tree_write),
+                             vtree_wr.en.eq(load_tree.tree_en), load_tree.done.ready.eq(1)]
+                with m.If(load_tree.done.valid):
+                    m.d.sync += status.eq(load_tree.done.payload.status)
+                    with m.If(load_tree.done.payload.sized):
+                        m.d.sync += verify_size_is(cmd.verify_num)
+                    with m.If(load_tree.done.payload.status == Status.OK):
+                        m.d.sync += [phase.eq(Phase.BUILT), depths_run.eq(cmd.depths)]
+                    m.next = "COMPLETE"
 
             with m.State("READ_STATE"):
                 m.d.comb += [info_rd.addr.eq(cmd.slot), slot_row_rd.addr.eq(cmd.slot),
@@ -444,6 +469,25 @@ class PersistentEngine(wiring.Component):
                      read_state.writer.words.ready.eq(c.rwriter.words.ready),
                      read_state.k2_rsp.valid.eq(c.k2.host_rsp.valid),
                      read_state.k2_rsp.payload.eq(c.k2.host_rsp.payload)]
+
+    @staticmethod
+    def _feed_reader(m, control, reader):
+        """What a command's ``reader_control_signature`` reads of a ``WordReader``, whatever
+        the sequencer does."""
+        m.d.comb += [control.words.valid.eq(reader.words.valid),
+                     control.words.payload.eq(reader.words.payload),
+                     control.group.valid.eq(reader.group.valid),
+                     control.group.payload.eq(reader.group.payload),
+                     control.busy.eq(reader.busy)]
+
+    @staticmethod
+    def _drive_reader(m, control, reader):
+        """A command's ``reader_control_signature`` onto a ``WordReader`` (in the states the
+        command owns the reader)."""
+        m.d.comb += [reader.start.eq(control.start), reader.address.eq(control.address),
+                     reader.count.eq(control.count),
+                     reader.words.ready.eq(control.words.ready),
+                     reader.group.ready.eq(control.group.ready)]
 
     @staticmethod
     def _drive_writer(m, control, writer):

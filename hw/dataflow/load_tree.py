@@ -1,7 +1,6 @@
-"""The engine's ``load_tree`` command as states of its sequencer
-(``hw.dataflow.engine.PersistentEngine``): a verify tree the caller built (SGLang's
-``build_tree_kernel_efficient``, any other builder) in place of the round's own, for the fused
-verify (docs/engine.md, "Loading a caller's tree").
+"""The engine's ``load_tree`` command (``hw.dataflow.engine.PersistentEngine``): a verify tree
+the caller built (SGLang's ``build_tree_kernel_efficient``, any other builder) in place of the
+round's own, for the fused verify (docs/engine.md, "Loading a caller's tree").
 
 The command names the tree's size ``n`` (``verify_num``, exactly, ``1 .. MAXV``), ``S - 1``
 (``depths``, ``1 .. max_depths``: the verify's ``num_speculative_tokens`` is ``S``), the
@@ -23,85 +22,174 @@ round, ``BAD_ARGUMENT`` otherwise) leaves the round as it was; an accepted one e
 leaves the round ``BUILT`` with the caller's tree.
 """
 
-from amaranth.hdl import Signal
+from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
 
 from hw.lib.params import index_bits
 
 from .commands import Phase, Status
+from .memory_ports import reader_control_signature
 from .records import TREE
-from .runs import verify_locs_states
 
-__all__ = ["load_tree_states"]
+__all__ = ["LoadTree", "verify_tree_layout"]
+
+#: A verify-tree node as the engine keeps it for the fused verify (``verify_tree`` memory).
+verify_tree_layout = data.StructLayout({"token": 32, "index": 32, "next": signed(16),
+                                        "sibling": signed(16)})
 
 
-def load_tree_states(m, c):
-    """The sequencer states of ``load_tree`` (see the module).
+class LoadTree(wiring.Component):
+    """``load_tree`` (see the module): started by a ``start`` transfer, finished by a
+    ``done`` transfer offered in the clock the command ends.
 
-    ``c`` holds the engine's shared signals, memories and kernels (``PersistentEngine.elaborate``).
+    Parameters
+    ----------
+    params : EngineParams
+        The engine's build.
+
+    Members
+    -------
+    start : In(stream.Signature({"verify_num", "depths", "trees", "locs"}))
+        The command's ``verify_num`` (``n``) and ``depths`` (``S - 1``), the byte addresses of
+        the tree records (``address0``) and of the KV slots (``address1``).
+    done : Out(stream.Signature({"status": 3, "sized": 1}))
+        The ``Status``; ``sized``: ``n`` passed the argument checks (the engine's verify size
+        is ``n`` from then on, also when a record is refused). On ``OK`` the round is
+        ``BUILT`` with ``depths`` depths run.
+    phase : In(2)
+        The round in flight's ``Phase``.
+    batch : In(range(max_batch + 1))
+        The round's requests.
+    vocab_size : In(32)
+        The configured vocabulary (draft tokens must be below it).
+    reader : Out(reader_control_signature(...))
+        The sequencer's reader (``read``).
+    locs_at, locs_en : Out
+        Index and enable of a group of KV slots written into ``verify_cache_locs`` and
+        K7's copy (the group is ``reader.group``'s payload).
+    tree_write : Out(verify_tree_layout), tree_at, tree_en
+        A tree node into ``verify_tree``.
     """
-    n = c.cmd.verify_num
-    with m.State("LOAD_CHECK"):
-        with m.If((c.phase != Phase.DRAFTING) & (c.phase != Phase.DRAFTED)):
-            m.d.sync += c.status.eq(Status.BAD_PHASE)
-            m.next = "COMPLETE"
-        with m.Elif((n < 1) | (n > c.MAXV) | (c.cmd.depths == 0)
-                    | (c.cmd.depths > c.p.max_depths)):
-            m.d.sync += c.status.eq(Status.BAD_ARGUMENT)
-            m.next = "COMPLETE"
-        with m.Else():
-            # (vn is not read while a round drafts: build_verify sets it anew)
-            m.d.sync += [*c.verify_size_is(n), c.invalid.eq(0), c.trees.eq(0)]
-            m.next = "LOAD_LOCS_START"
 
-    verify_locs_states(m, c, name="LOAD_LOCS", address=c.cmd.address1, then="LOAD_TREE_START")
+    def __init__(self, params):
+        self._params = p = params
+        layout = p.command_layout
+        lanes = p.port_bits // 32
+        super().__init__({
+            "start": In(stream.Signature(data.StructLayout({
+                "verify_num": layout["verify_num"].shape, "depths": layout["depths"].shape,
+                "trees": p.address_width, "locs": p.address_width}))),
+            "done": Out(stream.Signature(data.StructLayout({"status": 3, "sized": 1}))),
+            "phase": In(2),
+            "batch": In(range(p.max_batch + 1)),
+            "vocab_size": In(32),
+            "reader": Out(reader_control_signature(p.address_width, p.max_run_words, lanes)),
+            "locs_at": Out(range(p.max_batch * p.max_verify_num)),
+            "locs_en": Out(1),
+            "tree_write": Out(verify_tree_layout),
+            "tree_at": Out(range(p.max_batch * p.max_verify_num)),
+            "tree_en": Out(1),
+        })
 
-    with m.State("LOAD_TREE_START"):  # (batch * n is in its register: verify_nodes)
-        m.d.comb += [c.reader.start.eq(1), c.reader.address.eq(c.cmd.address0),
-                     c.reader.count.eq(c.verify_nodes * TREE.size)]
-        m.next = "LOAD_RECORDS"
+    def elaborate(self, platform):
+        p = self._params
+        MAXV, MAXB = p.max_verify_num, p.max_batch
+        m = Module()
+        command = Signal.like(self.start.payload)
+        n = command.verify_num
+        reader, words, group = self.reader, self.reader.words, self.reader.group
+        nodes = Signal(range(MAXB * MAXV + 1))  # batch * n
+        i = Signal(range(max(TREE.size, p.max_run_words) + 1))  # word (records: within one)
+        j = Signal(range(MAXV + 1))  # record within the request
+        trees = Signal(range(MAXB * MAXV + 1))  # records done
+        invalid = Signal()
 
-    # Record `trees` (node j of request b), word i. `seen`: the request's nodes that are the
-    # target of a link so far.
-    record = Signal(TREE.layout, name="load_record")
-    current = Signal(TREE.layout, name="load_current")  # the record with the word arriving
-    seen = Signal(c.MAXV, name="load_seen")
-    value = c.words.payload
-    bits = index_bits(c.MAXV)
-    target = value.as_signed()
-    link_ok = (target == -1) | ((target >= 1) & (target < c.vn)
-                                & ~seen.bit_select(value[:bits], 1))
-    with m.State("LOAD_RECORDS"):
-        m.d.comb += [c.words.ready.eq(1), current.eq(record),
-                     current.as_value().word_select(c.i[:index_bits(TREE.size)], 32).eq(value)]
-        with m.If(c.words_taken):
-            m.d.sync += record.eq(current)
-            with m.Switch(c.i):
-                with m.Case(TREE.word("retrive_index")):
-                    with m.If(value != c.trees):
-                        m.d.sync += c.invalid.eq(1)
-                with m.Case(TREE.word("retrive_next_token"), TREE.word("retrive_next_sibling")):
-                    with m.If(~link_ok):
-                        m.d.sync += c.invalid.eq(1)
-                    with m.If(target != -1):
-                        m.d.sync += seen.eq(seen | (1 << value[:bits]))
-                with m.Case(TREE.word("draft_token")):
-                    with m.If(value >= c.cfg.vocab_size):
-                        m.d.sync += c.invalid.eq(1)
-            with m.If(c.i == TREE.size - 1):
-                m.d.comb += [c.vtree_wr.addr.eq(c.trees), c.vtree_wr.en.eq(1),
-                             c.vtree_wr.data.token.eq(current.draft_token),
-                             c.vtree_wr.data.index.eq(current.retrive_index),
-                             c.vtree_wr.data.next.eq(current.retrive_next_token),
-                             c.vtree_wr.data.sibling.eq(current.retrive_next_sibling)]
-                m.d.sync += [c.i.eq(0), c.j.eq(c.j + 1), c.trees.eq(c.trees + 1)]
-                with m.If(c.j == c.vn_last):  # the request's last record: the next one's links
-                    m.d.sync += [c.j.eq(0), seen.eq(0)]
-            with m.Else():
-                m.d.sync += c.i.eq(c.i + 1)
-        with m.If(~c.reader.busy & ~c.words.valid):
-            m.d.sync += [c.i.eq(0), c.j.eq(0), seen.eq(0)]
-            with m.If(c.invalid):
-                m.d.sync += c.status.eq(Status.BAD_ARGUMENT)
-            with m.Else():
-                m.d.sync += [c.phase.eq(Phase.BUILT), c.depths_run.eq(c.cmd.depths)]
-            m.next = "COMPLETE"
+        def finish(status, sized=1):
+            m.d.comb += [self.done.valid.eq(1), self.done.payload.status.eq(status),
+                         self.done.payload.sized.eq(sized)]
+            with m.If(self.done.ready):
+                m.next = "IDLE"
+
+        with m.FSM(name="load_tree"):
+            with m.State("IDLE"):
+                m.d.comb += self.start.ready.eq(1)
+                with m.If(self.start.valid):
+                    m.d.sync += [command.eq(self.start.payload), i.eq(0), j.eq(0),
+                                 trees.eq(0), invalid.eq(0)]
+                    m.next = "CHECK"
+
+            with m.State("CHECK"):
+                m.d.sync += nodes.eq(self.batch * n)
+                with m.If((self.phase != Phase.DRAFTING) & (self.phase != Phase.DRAFTED)):
+                    finish(Status.BAD_PHASE, sized=0)
+                with m.Elif((n < 1) | (n > MAXV) | (command.depths == 0)
+                            | (command.depths > p.max_depths)):
+                    finish(Status.BAD_ARGUMENT, sized=0)
+                with m.Else():
+                    m.next = "LOCS_START"
+
+            # The verify forward's B * n KV slots, a read beat a clock, into both copies.
+            with m.State("LOCS_START"):
+                m.d.comb += [reader.start.eq(1), reader.address.eq(command.locs),
+                             reader.count.eq(nodes)]
+                m.next = "LOCS"
+
+            with m.State("LOCS"):
+                m.d.comb += [group.ready.eq(1), self.locs_at.eq(i), self.locs_en.eq(group.valid)]
+                with m.If(group.valid):
+                    m.d.sync += i.eq(i + group.payload.count)
+                with m.If(~reader.busy & ~group.valid):
+                    m.d.sync += i.eq(0)
+                    m.next = "TREE_START"
+
+            with m.State("TREE_START"):
+                m.d.comb += [reader.start.eq(1), reader.address.eq(command.trees),
+                             reader.count.eq(nodes * TREE.size)]
+                m.next = "RECORDS"
+
+            # Record `trees` (node j of the request), word i. `seen`: the request's nodes that
+            # are the target of a link so far.
+            record = Signal(TREE.layout, name="load_record")
+            current = Signal(TREE.layout, name="load_current")  # with the word arriving
+            seen = Signal(MAXV, name="load_seen")
+            value = words.payload
+            bits = index_bits(MAXV)
+            target = value.as_signed()
+            link_ok = (target == -1) | ((target >= 1) & (target < n)
+                                        & ~seen.bit_select(value[:bits], 1))
+            taken = words.valid & words.ready
+            with m.State("RECORDS"):
+                m.d.comb += [words.ready.eq(1), current.eq(record),
+                             current.as_value().word_select(i[:index_bits(TREE.size)], 32)
+                             .eq(value)]
+                with m.If(taken):
+                    m.d.sync += record.eq(current)
+                    with m.Switch(i):
+                        with m.Case(TREE.word("retrive_index")):
+                            with m.If(value != trees):
+                                m.d.sync += invalid.eq(1)
+                        with m.Case(TREE.word("retrive_next_token"),
+                                    TREE.word("retrive_next_sibling")):
+                            with m.If(~link_ok):
+                                m.d.sync += invalid.eq(1)
+                            with m.If(target != -1):
+                                m.d.sync += seen.eq(seen | (1 << value[:bits]))
+                        with m.Case(TREE.word("draft_token")):
+                            with m.If(value >= self.vocab_size):
+                                m.d.sync += invalid.eq(1)
+                    with m.If(i == TREE.size - 1):
+                        m.d.comb += [self.tree_at.eq(trees), self.tree_en.eq(1),
+                                     self.tree_write.token.eq(current.draft_token),
+                                     self.tree_write.index.eq(current.retrive_index),
+                                     self.tree_write.next.eq(current.retrive_next_token),
+                                     self.tree_write.sibling.eq(current.retrive_next_sibling)]
+                        m.d.sync += [i.eq(0), j.eq(j + 1), trees.eq(trees + 1)]
+                        with m.If(j == n - 1):  # the request's last record: the next one's
+                            m.d.sync += [j.eq(0), seen.eq(0)]
+                    with m.Else():
+                        m.d.sync += i.eq(i + 1)
+                with m.If(~reader.busy & ~words.valid):
+                    m.d.sync += seen.eq(0)
+                    finish(Mux(invalid, Status.BAD_ARGUMENT, Status.OK))
+        return m

@@ -30,7 +30,8 @@ from hw.lib.params import check_int, check_power_of_two, index_bits
 # ``read_port_signature`` and ``write_port_signature`` are hw.lib.axi's, named here too for
 # the modules that import them from here (hw.dataflow.engine, sim.dataflow.memory).
 __all__ = ["read_port_signature", "write_port_signature", "WordReader", "WordWriter",
-           "ReadShare", "PortCounters", "COUNTER_BITS", "READ_BURST"]
+           "ReadShare", "PortCounters", "COUNTER_BITS", "READ_BURST",
+           "reader_control_signature", "writer_control_signature"]
 
 #: Width of every port counter (2**48 bytes at 300 MHz is about nine days of traffic).
 COUNTER_BITS = 48
@@ -77,6 +78,25 @@ class _RunStart:
         m.d.sync += self.pending.eq(port.start)
         with m.If(port.start):
             m.d.sync += [self.address.eq(port.address), self.count.eq(port.count)]
+
+
+def reader_control_signature(address_width: int, max_words: int, lanes: int
+                             ) -> wiring.Signature:
+    """A ``WordReader`` run as its user (a command) drives it: ``start``, ``address``,
+    ``count`` out; the ``words`` and ``group`` streams and ``busy`` in."""
+    return wiring.Signature({"start": Out(1), "address": Out(address_width),
+                             "count": Out(range(max_words + 1)),
+                             "words": In(stream.Signature(32)),
+                             "group": In(stream.Signature(group_layout(32, lanes))),
+                             "busy": In(1)})
+
+
+def writer_control_signature(address_width: int, max_words: int) -> wiring.Signature:
+    """A ``WordWriter`` run as its user (a command) drives it: ``start``, ``address``,
+    ``count`` and the ``words`` stream out, ``busy`` in."""
+    return wiring.Signature({"start": Out(1), "address": Out(address_width),
+                             "count": Out(range(max_words + 1)),
+                             "words": Out(stream.Signature(32)), "busy": In(1)})
 
 
 def _check_port(address_width, port_bits):

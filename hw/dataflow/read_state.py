@@ -15,20 +15,13 @@ from amaranth.lib.wiring import In, Out
 from hw.kernels.update_state import Region
 
 from .commands import Phase, Status
+from .memory_ports import writer_control_signature
 from .records import NODE, STATE
 
-__all__ = ["ReadState", "slot_info_layout", "writer_control_signature"]
+__all__ = ["ReadState", "slot_info_layout"]
 
 #: What a slot's last round left (the engine's ``slot_info`` memory, a row per slot).
 slot_info_layout = data.StructLayout({"phase": 2, "seq_len": 32, "pool": 32, "cumu_count": 32})
-
-
-def writer_control_signature(address_width: int, max_words: int) -> wiring.Signature:
-    """A ``WordWriter`` run as its user drives it: ``start``, ``address``, ``count``, the
-    ``words`` stream out, ``busy`` in."""
-    return wiring.Signature({"start": Out(1), "address": Out(address_width),
-                             "count": Out(range(max_words + 1)),
-                             "words": Out(stream.Signature(32)), "busy": In(1)})
 
 
 class ReadState(wiring.Component):
