@@ -1,8 +1,9 @@
 """The engine as a Vitis RTL kernel (docs/vitis.md, "The engine's kernel").
 
 ``EngineKernel`` wraps ``PersistentEngine`` for XRT: ``ap_clk``/``ap_rst_n`` (active low), the
-AXI4-Lite control slave ``s_axi_control`` (``hw.lib.axi_lite.ControlRegisters``,
-``ap_ctrl_chain``) and one AXI4 master ``m_axi_<port>`` per memory port, all with the names
+AXI4-Lite control slave ``s_axi_control`` (``hw.lib.axi_lite.ControlRegisters``: the
+``ap_ctrl_chain`` register layout, driven by the host as a user-managed kernel,
+``CONTROL_PROTOCOL``) and one AXI4 master ``m_axi_<port>`` per memory port, all with the names
 Vivado's IP packager infers the interfaces from. Commands come from a ring in card memory
 (``CommandRing``) and completions go to another (``CompletionRing``), both on the port
 ``m_axi_ring``: the command ring uses its read channels and the completion ring its write
@@ -21,7 +22,7 @@ memory, ``card``: the host hands the kernel one buffer for all of them (the engi
 ``m_axi_read`` what the host and ``m_axi_table`` wrote, the host reads what ``m_axi_result``,
 ``m_axi_mask`` and ``m_axi_ring`` wrote), so every link configuration maps them to one range.
 
-``ap_ctrl_chain`` on the persistent engine: ``ap_start`` clears both rings' indices and starts
+The control word on the persistent engine: ``ap_start`` clears both rings' indices and starts
 the engine (``ap_ready``); it then runs commands while the command ring holds any; with
 ``drain`` set it finishes (``ap_done``) once the command ring is empty, no command is in
 flight and every completion record is in memory, and waits in ``ap_done`` for
