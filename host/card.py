@@ -20,13 +20,15 @@ Devices:
 import os
 import subprocess
 from abc import ABC, abstractmethod
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from golden.engine import EngineConfig, Status
 
-from .rtl import RtlBackend, _Round
+from .checks import check_real
+from .rtl import RtlBackend, _Round, verilated_library
 
 __all__ = ["CardDevice", "SimulatedCard", "XrtCard", "CardUnavailable", "DeviceMemory",
            "KernelRegisters", "CardBackend"]
@@ -106,8 +108,9 @@ class SimulatedCard(CardDevice):
 
         self.memory = CardMemory(size, seed=seed, latency=(latency, latency), stall=stall)
         self.buffer_address, self.buffer_size = SIMULATED_BASE, size
-        self.kernel = VerilatedKernel(_kernel_library(params, log), vitis_interface(params),
-                                      self.memory, base=SIMULATED_BASE)
+        library = verilated_library("kernel", tuple(sorted(asdict(params).items())), log)
+        self.kernel = VerilatedKernel(library, vitis_interface(params), self.memory,
+                                      base=SIMULATED_BASE)
 
     @property
     def cycle(self) -> int:
@@ -236,26 +239,6 @@ def _xrt_shim() -> Path:
     return library
 
 
-def _kernel_library(params, log) -> Path:
-    """The Verilated ``EngineKernel`` of ``params``: once per process, else from
-    ``sim.verilated``'s index, else elaborated and built."""
-    from dataclasses import asdict
-
-    key = tuple(sorted(asdict(params).items()))
-    if key not in _LIBRARIES:
-        from hw.dataflow.vitis_top import EngineKernel
-        from sim.harness import REPO_ROOT
-        from sim.verilated import build_indexed
-
-        _LIBRARIES[key] = build_indexed(
-            lambda: EngineKernel(**dict(key)), key=f"EngineKernel{key!r}",
-            sources=(REPO_ROOT / "hw").glob("**/*.py"), name="dataflow", log=log)
-    return _LIBRARIES[key]
-
-
-_LIBRARIES: dict = {}
-
-
 class DeviceMemory:
     """The host's view of a :class:`CardDevice`'s buffer with the interface
     ``sim.dataflow.host.EngineHost`` lays its records out through (``allocate``,
@@ -277,8 +260,9 @@ class DeviceMemory:
         return offset
 
     def write_words(self, offset, values):
-        words = np.asarray(values, np.int64).astype(np.uint64) & 0xFFFF_FFFF
-        self.device.write(offset, words.astype("<u4").view(np.uint8))
+        from sim.dataflow.memory import word_bytes
+
+        self.device.write(offset, word_bytes(values))
 
     def write_bytes(self, offset, values):
         self.device.write(offset, np.asarray(values, np.uint8))
@@ -287,8 +271,9 @@ class DeviceMemory:
         return self.device.read(offset, count)
 
     def read_words(self, offset, count, *, signed=True):
-        raw = self.device.read(offset, 4 * count).view("<u4").astype(np.int64)
-        return np.where(raw >= 1 << 31, raw - (1 << 32), raw) if signed else raw
+        from sim.dataflow.memory import bytes_words
+
+        return bytes_words(self.device.read(offset, 4 * count), signed=signed)
 
 
 class KernelRegisters:
@@ -325,7 +310,7 @@ class CardBackend(RtlBackend):
     device : CardDevice or None
         The card; None: a :class:`SimulatedCard` of the build (``memory_latency`` its
         memory's latency).
-    memory_stall : float
+    memory_stall : float, 0 .. 0.9
         The simulated card's probability of a stalled memory channel per clock.
     every_counter : bool
         Read every counter of the window around each command (about thirty register reads
@@ -341,7 +326,11 @@ class CardBackend(RtlBackend):
 
     def __init__(self, config: EngineConfig, req_to_token, *, device: CardDevice | None = None,
                  memory_stall: float = 0.0, every_counter: bool = False, **kwargs):
-        self._device, self._memory_stall = device, memory_stall
+        if device is not None and not isinstance(device, CardDevice):
+            raise ValueError(f"`device` must be a host.card.CardDevice or None, not "
+                             f"{type(device).__name__}")
+        self._device = device
+        self._memory_stall = check_real("memory_stall", memory_stall, 0.0, 0.9)
         self._every_counter = every_counter
         self.last_counters: dict[str, int] = {}  # counter -> its change over the last command
         self.counter_log: list[tuple[str, dict[str, int]]] = []
@@ -349,12 +338,14 @@ class CardBackend(RtlBackend):
         super().__init__(config, req_to_token, **kwargs)
 
     def _open(self, parameters, table_shape, log) -> None:
-        from sim.dataflow.host import card_memory_bytes
+        from hw.dataflow.ring import payload_words
+        from sim.dataflow.host import card_memory_bytes, record_words
 
         if self._device is None:
             rows, context = table_shape
             size = card_memory_bytes(self.params, rows, context, self.config.vocab_size) \
-                + 2 * 64 + 4 * _ring_words(self.params) * RING_ENTRIES
+                + 2 * 64 + 4 * RING_ENTRIES * (payload_words(self.params.command_layout)
+                                                + record_words(self.params))
             self._device = SimulatedCard(self.params, size, latency=self._memory_latency,
                                          stall=self._memory_stall, log=log)
         self.device = self._device
@@ -364,8 +355,7 @@ class CardBackend(RtlBackend):
         """A fresh ring session: the kernel stopped if it ran, the buffer zeroed and laid out
         with ``table``, the arguments written, ``ap_start``."""
         from hw.dataflow.ring import payload_words
-        from sim.dataflow.host import EngineHost
-        from sim.payload import layout_fields, pack
+        from sim.dataflow.host import EngineHost, record_words
 
         params, config, registers = self.params, self.config, self.registers
         if self._session:
@@ -373,13 +363,10 @@ class CardBackend(RtlBackend):
         self.memory = DeviceMemory(self.device)
         self.host = EngineHost(params, self.memory, table)
         self._words = payload_words(params.command_layout)
-        self._record_words = payload_words(params.completion_layout) + 1
+        self._record_words = record_words(params)
         self._command_ring = self.memory.allocate("command_ring", self._words * RING_ENTRIES)
         self._completion_ring = self.memory.allocate("completion_ring",
                                                      self._record_words * RING_ENTRIES)
-        self._command_fields = {name: 0 for name, _, _ in layout_fields(params.command_layout)}
-        self._completion = layout_fields(params.completion_layout)
-        self._pack = lambda **fields: pack(params.command_layout, 1, **fields)[0]
         for row in registers.rows.values():
             if row.name.endswith("_ptr"):
                 registers.write(row.name, self.device.buffer_address)
@@ -430,10 +417,11 @@ class CardBackend(RtlBackend):
     def _run(self, name, command) -> tuple[dict, int, int]:
         """The descriptor into the command ring and ``command_head`` written; the completion
         polled on ``completion_head`` and read from its ring."""
+        from sim.dataflow.host import completion_record, descriptor_words
+
         before = self._counters()
-        payload = self._pack(**{**self._command_fields, **command})
         self.memory.write_words(self._command_ring + 4 * self._words * self._head,
-                                [payload >> (32 * k) & 0xFFFF_FFFF for k in range(self._words)])
+                                descriptor_words(self.params, command))
         self._head = (self._head + 1) % RING_ENTRIES
         self.registers.write("command_head", self._head)
         for _ in range(self.timeout_cycles // 4 + 1):  # a register read takes a few clocks
@@ -444,12 +432,10 @@ class CardBackend(RtlBackend):
                                f"{self.timeout_cycles} clocks")
         raw = self.memory.read_words(self._completion_ring + 4 * self._record_words * self._tail,
                                      self._record_words, signed=False)
-        value = sum(int(word) << (32 * k) for k, word in enumerate(raw[:-1]))
-        fields = {field: value >> offset & ((1 << width) - 1)
-                  for field, offset, width in self._completion}
+        fields, sequence = completion_record(self.params, raw)
         self._sequence += 1
-        if int(raw[-1]) != self._sequence & 0xFFFF_FFFF:
-            raise RuntimeError(f"card backend: completion record {int(raw[-1])} for {name}, "
+        if sequence != self._sequence & 0xFFFF_FFFF:
+            raise RuntimeError(f"card backend: completion record {sequence} for {name}, "
                                f"expected {self._sequence}")
         self._tail = (self._tail + 1) % RING_ENTRIES
         self.registers.write("completion_tail", self._tail)
@@ -466,10 +452,3 @@ class CardBackend(RtlBackend):
             raise RuntimeError(f"card backend: {name} completed with memory bursts in flight")
         data = sum(self.last_counters[f"{port}.bytes"] for port in self.params.port_names)
         return fields, self.last_counters["command.cycles"], data
-
-
-def _ring_words(params) -> int:
-    """Words of a command descriptor and a completion record together."""
-    from hw.dataflow.ring import payload_words
-
-    return payload_words(params.command_layout) + payload_words(params.completion_layout) + 1

@@ -120,6 +120,7 @@ class RtlBackend(Backend):
             raise ValueError(f"`config` must be a golden.engine.EngineConfig, not "
                              f"{type(config).__name__}")
         check_integer("watchdog_cycles", watchdog_cycles, 0, (1 << 32) - 1)  # a config word
+        check_integer("memory_latency", memory_latency, 0, 1 << 16)
         table = np.asarray(req_to_token)
         if table.ndim != 2 or table.dtype.kind not in "iu":
             raise ValueError("`req_to_token` must be an integer array [pool rows, context]")
@@ -143,7 +144,7 @@ class RtlBackend(Backend):
         """The hardware: the engine's model of the build ``parameters`` (built or found)."""
         from sim.verilated import Model
 
-        self.library = _library(tuple(sorted(parameters.items())), log)
+        self.library = verilated_library("engine", tuple(sorted(parameters.items())), log)
         self.model = Model(self.library)
 
     def _start(self, table: np.ndarray):
@@ -439,19 +440,25 @@ class RtlBackend(Backend):
         return fields, cycle - accepted + 1, self._bytes() - before
 
 
-def _library(parameters: tuple, log) -> Path:
-    """The engine's shared library for ``parameters`` (``(name, value)`` pairs): once per
-    process from memory, else from ``sim.verilated``'s index (keyed by the parameters and the
-    ``hw/`` sources), else elaborated and built (cached by its Verilog)."""
-    if parameters not in _LIBRARIES:
+def verilated_library(top: str, parameters: tuple, log) -> Path:
+    """The shared library of the engine's ``top`` for ``parameters`` (``(name, value)`` pairs
+    of ``EngineParams``): ``"engine"`` (``PersistentEngine``, the rtl backend's) or
+    ``"kernel"`` (its Vitis kernel ``EngineKernel``, the card backend's). Once per process
+    from memory, else from ``sim.verilated``'s index (keyed by the parameters and the ``hw/``
+    sources), else elaborated and built (cached by its Verilog)."""
+    if (top, parameters) not in _LIBRARIES:
         from hw.dataflow.engine import PersistentEngine
+        from hw.dataflow.vitis_top import EngineKernel
         from sim.harness import REPO_ROOT
         from sim.verilated import build_indexed
 
-        _LIBRARIES[parameters] = build_indexed(
-            lambda: PersistentEngine(**dict(parameters)), key=repr(parameters),
-            sources=(REPO_ROOT / "hw").glob("**/*.py"), name="top", log=log)
-    return _LIBRARIES[parameters]
+        component, name, key = {
+            "engine": (PersistentEngine, "top", repr(parameters)),
+            "kernel": (EngineKernel, "dataflow", f"EngineKernel{parameters!r}")}[top]
+        _LIBRARIES[top, parameters] = build_indexed(
+            lambda: component(**dict(parameters)), key=key,
+            sources=(REPO_ROOT / "hw").glob("**/*.py"), name=name, log=log)
+    return _LIBRARIES[top, parameters]
 
 
 _LIBRARIES: dict = {}

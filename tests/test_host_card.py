@@ -7,6 +7,8 @@ backend's measurement, memory that stalls at random changes nothing but the cloc
 snapshot restores through a new ring session, and the XRT device says clearly that XRT is
 missing."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -116,3 +118,16 @@ def test_the_xrt_card_says_when_xrt_is_missing(monkeypatch, tmp_path):
     monkeypatch.delenv("XILINX_XRT")
     with pytest.raises(CardUnavailable, match="use the simulated card"):
         XrtCard(tmp_path / "dataflow.xclbin", 1 << 20)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"memory_stall": 0.95}, "`memory_stall` must be between 0.0 and 0.9, not 0.95"),
+    ({"memory_stall": float("nan")}, "`memory_stall` must be a finite number"),
+    ({"memory_latency": -1}, "`memory_latency`"),
+    ({"device": "card0"}, "`device` must be a host.card.CardDevice or None, not str"),
+])
+def test_bad_arguments_name_the_argument(kwargs, message):
+    """Refused before any model is built or loaded."""
+    config = host.engine_config(CONFIG, V)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        CardBackend(config, np.full((2, CONTEXT), -1, np.int64), **kwargs)

@@ -12,7 +12,38 @@ from hw.dataflow.engine import EngineParams, Opcode, StopReason
 from hw.dataflow.records import ARGUMENT, FRONTIER, NODE, REQUEST, RESULT, STATE, TREE
 
 __all__ = ["EngineHost", "STOP_REASONS", "run_beats", "card_regions", "card_memory_bytes",
-           "logits_words", "row_pitch"]
+           "logits_words", "row_pitch", "descriptor_words", "record_words",
+           "completion_record"]
+
+def descriptor_words(params: EngineParams, command: dict) -> list[int]:
+    """``command`` (fields of ``params.command_layout``; those left out are 0) as the 32-bit
+    words of a command-ring descriptor (``hw.dataflow.ring``: little-endian, padded)."""
+    from hw.dataflow.ring import payload_words
+    from sim.payload import layout_fields, pack
+
+    fields = {name: 0 for name, _, _ in layout_fields(params.command_layout)}
+    payload = pack(params.command_layout, 1, **{**fields, **command})[0]
+    return [payload >> (32 * k) & 0xFFFF_FFFF for k in range(payload_words(
+        params.command_layout))]
+
+
+def record_words(params: EngineParams) -> int:
+    """Words of a completion-ring record: the completion, then its sequence number."""
+    from hw.dataflow.ring import payload_words
+
+    return payload_words(params.completion_layout) + 1
+
+
+def completion_record(params: EngineParams, raw) -> tuple[dict, int]:
+    """A completion-ring record (``record_words`` unsigned words) as the completion's fields
+    and its sequence number."""
+    from sim.payload import layout_fields
+
+    value = sum(int(word) << (32 * k) for k, word in enumerate(raw[:-1]))
+    return ({name: value >> offset & ((1 << width) - 1)
+             for name, offset, width in layout_fields(params.completion_layout)},
+            int(raw[-1]))
+
 
 #: ``completion.stop_reason`` -> the golden's ``stop_reason`` string.
 STOP_REASONS = {StopReason.NONE: "", StopReason.WIDTH_ZERO: "width_zero",

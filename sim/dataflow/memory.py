@@ -28,7 +28,19 @@ from hw.dataflow.memory_ports import read_port_signature, write_port_signature
 from ..payload import pack, unpack
 
 __all__ = ["CardMemory", "ClockedReadPort", "ClockedWritePort", "ReadServer",
-           "WriteServer"]
+           "WriteServer", "word_bytes", "bytes_words"]
+
+
+def word_bytes(values) -> np.ndarray:
+    """Integers (taken modulo 2**32) as little-endian 32-bit words: their bytes (uint8)."""
+    words = np.asarray(values, np.int64).astype(np.uint64) & 0xFFFF_FFFF
+    return words.astype("<u4").view(np.uint8)
+
+
+def bytes_words(raw, *, signed=True) -> np.ndarray:
+    """Little-endian 32-bit words (``raw``: uint8) as int64, sign-extended when ``signed``."""
+    words = np.asarray(raw, np.uint8).view("<u4").astype(np.int64)
+    return np.where(words >= 1 << 31, words - (1 << 32), words) if signed else words
 
 
 class CardMemory:
@@ -72,8 +84,8 @@ class CardMemory:
 
     def write_words(self, address, values):
         """Store ``values`` (integers, taken modulo 2**32) as words from byte ``address``."""
-        words = np.asarray(values, np.int64).astype(np.uint64) & 0xFFFF_FFFF
-        self.data[address:address + 4 * len(words)] = words.astype("<u4").view(np.uint8)
+        raw = word_bytes(values)
+        self.data[address:address + len(raw)] = raw
 
     def write_bytes(self, address, values):
         """Store the bytes ``values`` (uint8) from byte ``address``."""
@@ -85,8 +97,7 @@ class CardMemory:
 
     def read_words(self, address, count, *, signed=True):
         """``count`` words from byte ``address`` as int64 (sign-extended when ``signed``)."""
-        raw = self.data[address:address + 4 * count].view("<u4").astype(np.int64)
-        return np.where(raw >= 1 << 31, raw - (1 << 32), raw) if signed else raw
+        return bytes_words(self.data[address:address + 4 * count], signed=signed)
 
     # --- the servers' shared randomness and checks --------------------------------------------
 

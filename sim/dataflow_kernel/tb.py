@@ -35,9 +35,9 @@ from hw.dataflow.params import counter_layout
 from hw.dataflow.ring import payload_words
 from hw.dataflow.vitis_top import RESET_STAGES, counter_names, vitis_interface
 from sim.cocotb_tb import config, write_summary
+from sim.dataflow.host import completion_record, descriptor_words, record_words
 from sim.dataflow.memory import CardMemory
 from sim.dataflow.rounds import Scenario, check_port_counters, check_step
-from sim.payload import layout_fields, pack
 
 #: The buffer's device address (above 4 GiB: the pointer adds carry into the high word).
 BASE = 0x3_0000_0000
@@ -133,9 +133,9 @@ async def rounds(dut):
                         context_len=cfg["context_len"], bad_commands=cfg["bad_commands"])
     host, memory = scenario.host, card.memory
     words = payload_words(params.command_layout)
-    record_words = payload_words(params.completion_layout) + 1
+    record = record_words(params)
     command_ring = memory.allocate("command_ring", words * ENTRIES)
-    completion_ring = memory.allocate("completion_ring", record_words * ENTRIES)
+    completion_ring = memory.allocate("completion_ring", record * ENTRIES)
     for port in card.interface.memory_ports:
         await card.write(port.argument, BASE)
     for name, value in {"command_ring": command_ring, "command_entries": ENTRIES,
@@ -146,16 +146,13 @@ async def rounds(dut):
     assert await card.control.read_dword(0) & 0b100, "not idle before the start"
     await card.control.write_dword(0, 1)  # ap_start
 
-    unused = {name: 0 for name, _, _ in layout_fields(params.command_layout)}
-    completion_fields = layout_fields(params.completion_layout)
     head = tail = commands = cycles = 0
     for step in scenario.steps(cfg["rounds"]):
         before = await card.port_counters()
         clocks_before = {name: await card.counter(f"command.{name}")
                          for name in COMMAND_COUNTERS}
-        payload = pack(params.command_layout, 1, **{**unused, **step.command})[0]
         memory.write_words(command_ring + 4 * words * head,
-                           [payload >> (32 * k) & 0xFFFF_FFFF for k in range(words)])
+                           descriptor_words(params, step.command))
         head = (head + 1) % ENTRIES
         await card.write("command_head", head)
         for _ in range(PATIENCE):
@@ -163,15 +160,13 @@ async def rounds(dut):
                 break
         else:
             raise TimeoutError(f"{step.name} (tag {step.command['tag']}): no completion")
-        raw = [int(w) for w in memory.read_words(completion_ring + 4 * record_words * tail,
-                                                 record_words, signed=False)]
+        fields, sequence = completion_record(params, memory.read_words(
+            completion_ring + 4 * record * tail, record, signed=False))
         tail = (tail + 1) % ENTRIES
         await card.write("completion_tail", tail)
-        value = sum(word << (32 * k) for k, word in enumerate(raw[:-1]))
         commands += 1
-        assert raw[-1] == commands, f"{step.name}: record {raw[-1]}, expected {commands}"
-        check_step(step, {name: value >> offset & ((1 << width) - 1)
-                          for name, offset, width in completion_fields}, host)
+        assert sequence == commands, f"{step.name}: record {sequence}, expected {commands}"
+        check_step(step, fields, host)
         check_port_counters(step, host, before, await card.port_counters())
         clocks = {name: await card.counter(f"command.{name}") - clocks_before[name]
                   for name in COMMAND_COUNTERS}
