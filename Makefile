@@ -89,7 +89,7 @@ lint: $(SETUP)
 # .ci/run reads it to tell "no tests collected" (5) from failures.
 test: lint
 	@mkdir -p build
-	$(PYTEST) -m "not slow"; status=$$?; echo $$status > build/pytest.status; exit $$status
+	$(PYTEST) -m "not slow" --durations=30; status=$$?; echo $$status > build/pytest.status; exit $$status
 
 test-full: lint
 	@mkdir -p build

@@ -3,7 +3,10 @@
 
 import enum
 
-__all__ = ["Opcode", "Status", "StopReason", "Phase", "ROOT_SCORE_BITS", "ONE_BITS"]
+from amaranth.hdl import Mux
+
+__all__ = ["Opcode", "Status", "StopReason", "Phase", "ROOT_SCORE_BITS", "ONE_BITS",
+           "clamp_verify_num"]
 
 #: 1.001f, the root's score (``golden.draft_round.ROOT_SCORE``).
 ROOT_SCORE_BITS = 0x3F80_20C5
@@ -51,3 +54,8 @@ class Phase(enum.IntEnum):
     DRAFTING = 1
     DRAFTED = 2
     BUILT = 3
+
+
+def clamp_verify_num(value, max_verify_num):
+    """``verify_num`` into ``1 .. max_verify_num`` (``golden.update_state.clamp_verify_num``)."""
+    return Mux(value < 1, 1, Mux(value > max_verify_num, max_verify_num, value))

@@ -180,7 +180,7 @@ def begin_round_states(m, c):
         with m.Else():
             with m.If(copy_words(m, step=c.j, at=TABLE_READY + 1, index=c.i,
                                  count=c.p.kv_slots,
-                                 read=c.kv_rd, writer=c.twriter,
+                                 addr=c.kv_rd.addr, data=c.kv_rd.data, writer=c.twriter,
                                  address=lambda x: c.kv_row(c.b, x, new=True))):
                 m.d.sync += [c.b.eq(c.b + 1), c.j.eq(0), c.i.eq(0)]
 

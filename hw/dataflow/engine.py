@@ -14,12 +14,14 @@ round's KV slots into ``req_to_token`` (``table_write``). Two word readers share
 (``proba_fetch``); the writers take a record or a beat a transfer (``WordWriter.group``).
 
 The kernels behind the sequencer: K1's score and sort path (``ScoreSortPipeline``), K2, K3 with
-the width policy, K4 (``TreeMask``, its mask rows into bytes by ``MaskBytes``), the fused verify
-(``TreeVerify``), K7 (``VerifyResult``) and the compaction (``ActiveSlots``). The sequencer's
-states are written per command in ``draft_states`` (``begin_round``, ``draft_depth``),
-``build_verify``, ``load_tree``, ``verify`` and ``read_state``; the build parameters are
-``params.EngineParams``. Commands are checked before
-they touch anything: a bad command completes with an error ``Status`` and changes no state.
+the width policy, the fused verify (``TreeVerify``), K7 (``VerifyResult``) and the compaction
+(``ActiveSlots``); K4 (``TreeMask``) is ``build_verify``'s own. ``read_state``, ``load_tree``
+and ``build_verify`` are components of their own (``ReadState``, ``LoadTree``,
+``BuildVerify``), started and finished by the sequencer and linked to what they share in
+``command_links``; ``begin_round``, ``draft_depth`` (``draft_states``) and ``verify`` are
+still states of the sequencer. The build parameters are ``params.EngineParams``. Commands
+are checked before they touch anything: a bad command completes with an error ``Status`` and
+changes no state.
 
 Memory formats, command and completion fields: docs/engine.md; choices: docs/decisions.md,
 "Engine hardware".
@@ -35,18 +37,32 @@ from amaranth.lib.wiring import In, Out
 
 from hw.kernels.active_slots import ActiveSlots
 from hw.kernels.score_sort import ScoreSortPipeline
-from hw.kernels.tree_mask import TreeMask
 from hw.kernels.tree_verify import TreeVerify
 from hw.kernels.update_state import UpdateCumuDraftState
 from hw.kernels.verify_result import VerifyResult
 from hw.kernels.work_deltas import WorkDeltas
 from hw.lib.stream import RegisterSlice
 
-from .build_verify import build_verify_states
-from .commands import ONE_BITS, ROOT_SCORE_BITS, Opcode, Phase, Status, StopReason
+from .build_verify import BuildVerify
+from .command_links import (
+    drive_build_verify,
+    drive_load_tree,
+    drive_read_state,
+    link_build_verify,
+    link_load_tree,
+    link_read_state,
+)
+from .commands import (
+    ONE_BITS,
+    ROOT_SCORE_BITS,
+    Opcode,
+    Phase,
+    Status,
+    StopReason,
+    clamp_verify_num,
+)
 from .draft_states import begin_round_states, draft_depth_states, save_round
 from .load_tree import LoadTree, verify_tree_layout
-from .mask_bytes import MaskBytes
 from .memory_ports import (
     PortCounters,
     ReadShare,
@@ -142,14 +158,10 @@ class PersistentEngine(wiring.Component):
                                                     port_bits=p.port_bits))
         # a frontier or tree record a transfer, or the rest of a read beat (kv_indices' table
         # prefixes)
-        rwriter = kernel("result_writer", WordWriter(
-            **port_args, group_words=max(p.frontier_words, p.tree_words, lanes)))
+        rwriter = kernel("result_writer", WordWriter(**port_args,
+                                                     group_words=p.result_group_words))
         mwriter = kernel("mask_writer", WordWriter(**port_args))
         twriter = kernel("table_writer", WordWriter(**port_args, group_words=lanes))
-        k4 = kernel("k4", TreeMask(**asdict(p.k4)))
-        mask_bytes = kernel("mask_bytes", MaskBytes(
-            mask_lanes=p.mask_lanes, max_columns=p.max_seq_len + MAXV))
-        wiring.connect(m, mask_bytes.words, mwriter.words)
         wiring.connect(m, reader.port, read_share.masters[0])
         wiring.connect(m, proba_reader.port, read_share.masters[1])
         wiring.connect(m, read_share.port, wiring.flipped(self.read))
@@ -209,12 +221,6 @@ class PersistentEngine(wiring.Component):
         vreq_rd, vreq_wr = vreq_mem.read_port(), vreq_mem.write_port()
         coin_rd = vreq_mem.read_port()
         predicts_rd, predicts_wr = memory("predicts", 32, MAXB * MAXV)
-        # build_verify's indptrs, entry b of each: VERIFY_SIZES writes them, VERIFY_INDPTR
-        # streams them out.
-        indptr_layout = data.StructLayout({"qo": range(MAXB * MAXV + 1),
-                                           "kv": range(p.max_run_words + 1),
-                                           "mask": range(p.max_run_words * 4 + 1)})
-        indptr_rd, indptr_wr = memory("verify_indptrs", indptr_layout, MAXB + 1)
         vids_rd, vids_wr = memory("verified_ids", 32, MAXB * p.max_steps)
         commit_rd, commit_wr = memory("commit_locs", 32, p.max_steps)
         vres_layout = data.StructLayout({
@@ -278,17 +284,6 @@ class PersistentEngine(wiring.Component):
         result = Signal(k1.result_layout)
         vn = Signal(range(MAXV + 1))  # n, the verify-set size
         verify_nodes = Signal(range(MAXB * MAXV + 1))  # batch * vn, a clock behind vn
-        mode = Signal(2)
-        mask_total = Signal(range(p.max_run_words * 4 + 1))  # bytes of the mask array
-        kv_total = Signal(range(p.max_run_words + 1))  # words of kv_indices
-        running = Signal(range(p.max_run_words * 4 + 1))  # a running sum (nodes, qo_indptr)
-        invalid = Signal()
-        k4_cmd_sent = Signal()
-        seq_b = Signal(range(MAXB + 1))  # K4's seq_lens feed
-        mask_b = Signal(range(MAXB + 1))  # request of the mask rows arriving
-        mask_rows = Signal(range(MAXV + 1))
-        flushed = Signal()
-        trees = Signal(range(MAXB * MAXV + 1))  # tree records written
         rsp_x = Signal(range(MAXN + 1))  # node answers forwarded in the current request
         steps = Signal(range(p.max_steps + 1))  # S
         accepted = Signal(8)
@@ -320,7 +315,7 @@ class PersistentEngine(wiring.Component):
                     request_last.eq(value + (p.verify_request_words - 1))]
 
         def clamp_verify(value):
-            return Mux(value < 1, 1, Mux(value > MAXV, MAXV, value))
+            return clamp_verify_num(value, MAXV)
 
         m.d.sync += verify_nodes.eq(batch * vn)
 
@@ -340,7 +335,7 @@ class PersistentEngine(wiring.Component):
                                if name not in ("self", "platform", "m")})
         # req_to_token[pool, seq_len] of the batch row being read (begin_round's and
         # build_verify's table runs)
-        c.table_row = table_address(m, c, pool=pool_rd.data, offset=seq_rd.data,
+        c.table_row = table_address(m, p, cfg, pool=pool_rd.data, offset=seq_rd.data,
                                     name="table_row")
         # The watchdog: clocks left to the command in flight (docs/engine.md, "The watchdog")
         remaining = Signal(range(p.watchdog_cycles + 1))
@@ -349,28 +344,19 @@ class PersistentEngine(wiring.Component):
         # The commands that are components of their own, started and finished by the
         # sequencer (docs/engine.md, "The hardware").
         read_state = kernel("read_state", ReadState(p))
-        self._connect_read_state(m, read_state, c)
+        link_read_state(m, read_state, self.command.payload, c)
         load_tree = kernel("load_tree", LoadTree(p))
-        m.d.comb += [load_tree.phase.eq(phase), load_tree.batch.eq(batch),
-                     load_tree.vocab_size.eq(cfg.vocab_size)]
-        self._feed_reader(m, load_tree.reader, reader)
+        link_load_tree(m, load_tree, self.command.payload, c)
+        build = kernel("build_verify", BuildVerify(p))
+        link_build_verify(m, build, self.command.payload, c)
         with m.FSM(name="sequencer") as sequencer:
             with m.State("IDLE"):
                 m.d.comb += self.command.ready.eq(1)
-                m.d.comb += [read_state.start.payload.slot.eq(self.command.payload.slot),
-                             read_state.start.payload.address.eq(
-                                 self.command.payload.address0),
-                             read_state.start.valid.eq(
-                                 self.command.valid
-                                 & (self.command.payload.opcode == Opcode.READ_STATE))]
-                start = load_tree.start.payload
-                m.d.comb += [start.verify_num.eq(self.command.payload.verify_num),
-                             start.depths.eq(self.command.payload.depths),
-                             start.trees.eq(self.command.payload.address0),
-                             start.locs.eq(self.command.payload.address1),
-                             load_tree.start.valid.eq(
-                                 self.command.valid
-                                 & (self.command.payload.opcode == Opcode.LOAD_TREE))]
+                for component, opcode in ((read_state, Opcode.READ_STATE),
+                                          (load_tree, Opcode.LOAD_TREE),
+                                          (build, Opcode.BUILD_VERIFY)):
+                    m.d.comb += component.start.valid.eq(
+                        self.command.valid & (self.command.payload.opcode == opcode))
                 with m.If(self.command.valid):
                     m.d.sync += [cmd.eq(self.command.payload), status.eq(Status.OK),
                                  fetched_ahead.eq(0),
@@ -383,7 +369,7 @@ class PersistentEngine(wiring.Component):
                         with m.Case(Opcode.DRAFT_DEPTH):
                             m.next = "DRAFT_CHECK"
                         with m.Case(Opcode.BUILD_VERIFY):
-                            m.next = "VERIFY_CHECK"
+                            m.next = "BUILD_VERIFY"
                         with m.Case(Opcode.VERIFY):
                             m.next = "RUN_CHECK"
                         with m.Case(Opcode.READ_STATE):
@@ -396,17 +382,20 @@ class PersistentEngine(wiring.Component):
 
             begin_round_states(m, c)
             draft_depth_states(m, c)
-            build_verify_states(m, c)
             verify_states(m, c)
+            with m.State("BUILD_VERIFY"):
+                drive_build_verify(m, build, c)
+                m.d.comb += build.done.ready.eq(1)
+                with m.If(build.done.valid):
+                    m.d.sync += [status.eq(build.done.payload.status),
+                                 *verify_size_is(build.done.payload.verify_size)]
+                    with m.If(build.done.payload.status == Status.OK):
+                        m.d.sync += phase.eq(Phase.BUILT)
+                    m.next = "COMPLETE"
+
             with m.State("LOAD_TREE"):
-                self._drive_reader(m, load_tree.reader, reader)
-                for banks in (locs, locs2):
-                    m.d.comb += [banks.write_at.eq(load_tree.locs_at),
-                                 banks.write.eq(reader.group.payload),
-                                 banks.write_en.eq(load_tree.locs_en)]
-                m.d.comb += [vtree_wr.addr.eq(load_tree.tree_at),
-                             vtree_wr.data.eq(load_tree.tree_write),
-                             vtree_wr.en.eq(load_tree.tree_en), load_tree.done.ready.eq(1)]
+                drive_load_tree(m, load_tree, c)
+                m.d.comb += load_tree.done.ready.eq(1)
                 with m.If(load_tree.done.valid):
                     m.d.sync += status.eq(load_tree.done.payload.status)
                     with m.If(load_tree.done.payload.sized):
@@ -416,15 +405,10 @@ class PersistentEngine(wiring.Component):
                     m.next = "COMPLETE"
 
             with m.State("READ_STATE"):
-                m.d.comb += [info_rd.addr.eq(cmd.slot), slot_row_rd.addr.eq(cmd.slot),
-                             seq_rd.addr.eq(row(slot_row_rd.data)),
-                             pool_rd.addr.eq(row(slot_row_rd.data)),
-                             k2.host_rsp.ready.eq(read_state.k2_rsp.ready),
-                             read_state.done.ready.eq(1)]
-                wiring.connect(m, read_state.k2_cmd, host_cmd)
-                self._drive_writer(m, read_state.writer, rwriter)
+                drive_read_state(m, read_state, c)
+                m.d.comb += read_state.done.ready.eq(1)
                 with m.If(read_state.done.valid):
-                    m.d.sync += [status.eq(read_state.done.payload), i.eq(0), j.eq(0)]
+                    m.d.sync += [status.eq(read_state.done.payload.status), i.eq(0), j.eq(0)]
                     m.next = "COMPLETE"
 
             with m.State("WATCHDOG_SAVE"):
@@ -455,45 +439,3 @@ class PersistentEngine(wiring.Component):
                 m.d.sync += [sequencer.state.eq(sequencer.encoding["WATCHDOG_SAVE"]),
                              abort.eq(1), b.eq(0), j.eq(0), expired.eq(0)]
         return m
-
-    @staticmethod
-    def _connect_read_state(m, read_state, c):
-        """The inputs ``ReadState`` reads whatever the sequencer does: the slot memories'
-        data, the round's state, the result writer's and K2's answers."""
-        m.d.comb += [read_state.info.eq(c.info_rd.data),
-                     read_state.batch_seq_len.eq(c.seq_rd.data),
-                     read_state.batch_pool.eq(c.pool_rd.data),
-                     read_state.in_round.eq(c.in_round), read_state.saved.eq(c.saved),
-                     read_state.phase.eq(c.phase), read_state.cumu_count.eq(c.cumu_count),
-                     read_state.writer.busy.eq(c.rwriter.busy),
-                     read_state.writer.words.ready.eq(c.rwriter.words.ready),
-                     read_state.k2_rsp.valid.eq(c.k2.host_rsp.valid),
-                     read_state.k2_rsp.payload.eq(c.k2.host_rsp.payload)]
-
-    @staticmethod
-    def _feed_reader(m, control, reader):
-        """What a command's ``reader_control_signature`` reads of a ``WordReader``, whatever
-        the sequencer does."""
-        m.d.comb += [control.words.valid.eq(reader.words.valid),
-                     control.words.payload.eq(reader.words.payload),
-                     control.group.valid.eq(reader.group.valid),
-                     control.group.payload.eq(reader.group.payload),
-                     control.busy.eq(reader.busy)]
-
-    @staticmethod
-    def _drive_reader(m, control, reader):
-        """A command's ``reader_control_signature`` onto a ``WordReader`` (in the states the
-        command owns the reader)."""
-        m.d.comb += [reader.start.eq(control.start), reader.address.eq(control.address),
-                     reader.count.eq(control.count),
-                     reader.words.ready.eq(control.words.ready),
-                     reader.group.ready.eq(control.group.ready)]
-
-    @staticmethod
-    def _drive_writer(m, control, writer):
-        """A command's ``writer_control_signature`` onto a ``WordWriter`` (in the states the
-        command owns the writer)."""
-        m.d.comb += [writer.start.eq(control.start), writer.address.eq(control.address),
-                     writer.count.eq(control.count),
-                     writer.words.valid.eq(control.words.valid),
-                     writer.words.payload.eq(control.words.payload)]

@@ -31,6 +31,7 @@ from hw.lib.params import index_bits
 from .commands import Phase, Status
 from .memory_ports import reader_control_signature
 from .records import TREE
+from .runs import finish, idle_state, store_locs_states
 
 __all__ = ["LoadTree", "verify_tree_layout"]
 
@@ -98,50 +99,32 @@ class LoadTree(wiring.Component):
         m = Module()
         command = Signal.like(self.start.payload)
         n = command.verify_num
-        reader, words, group = self.reader, self.reader.words, self.reader.group
+        reader, words = self.reader, self.reader.words
         nodes = Signal(range(MAXB * MAXV + 1))  # batch * n
         i = Signal(range(max(TREE.size, p.max_run_words) + 1))  # word (records: within one)
         j = Signal(range(MAXV + 1))  # record within the request
         trees = Signal(range(MAXB * MAXV + 1))  # records done
         invalid = Signal()
 
-        def finish(status, sized=1):
-            m.d.comb += [self.done.valid.eq(1), self.done.payload.status.eq(status),
-                         self.done.payload.sized.eq(sized)]
-            with m.If(self.done.ready):
-                m.next = "IDLE"
+        def end(status, sized=1):
+            finish(m, self.done, status=status, sized=sized)
 
         with m.FSM(name="load_tree"):
-            with m.State("IDLE"):
-                m.d.comb += self.start.ready.eq(1)
-                with m.If(self.start.valid):
-                    m.d.sync += [command.eq(self.start.payload), i.eq(0), j.eq(0),
-                                 trees.eq(0), invalid.eq(0)]
-                    m.next = "CHECK"
+            idle_state(m, self.start, command, clear=(i, j, trees, invalid))
 
             with m.State("CHECK"):
                 m.d.sync += nodes.eq(self.batch * n)
                 with m.If((self.phase != Phase.DRAFTING) & (self.phase != Phase.DRAFTED)):
-                    finish(Status.BAD_PHASE, sized=0)
+                    end(Status.BAD_PHASE, sized=0)
                 with m.Elif((n < 1) | (n > MAXV) | (command.depths == 0)
                             | (command.depths > p.max_depths)):
-                    finish(Status.BAD_ARGUMENT, sized=0)
+                    end(Status.BAD_ARGUMENT, sized=0)
                 with m.Else():
                     m.next = "LOCS_START"
 
             # The verify forward's B * n KV slots, a read beat a clock, into both copies.
-            with m.State("LOCS_START"):
-                m.d.comb += [reader.start.eq(1), reader.address.eq(command.locs),
-                             reader.count.eq(nodes)]
-                m.next = "LOCS"
-
-            with m.State("LOCS"):
-                m.d.comb += [group.ready.eq(1), self.locs_at.eq(i), self.locs_en.eq(group.valid)]
-                with m.If(group.valid):
-                    m.d.sync += i.eq(i + group.payload.count)
-                with m.If(~reader.busy & ~group.valid):
-                    m.d.sync += i.eq(0)
-                    m.next = "TREE_START"
+            store_locs_states(m, self, address=command.locs, count=nodes, index=i,
+                              then="TREE_START")
 
             with m.State("TREE_START"):
                 m.d.comb += [reader.start.eq(1), reader.address.eq(command.trees),
@@ -191,5 +174,5 @@ class LoadTree(wiring.Component):
                         m.d.sync += i.eq(i + 1)
                 with m.If(~reader.busy & ~words.valid):
                     m.d.sync += seen.eq(0)
-                    finish(Mux(invalid, Status.BAD_ARGUMENT, Status.OK))
+                    end(Mux(invalid, Status.BAD_ARGUMENT, Status.OK))
         return m

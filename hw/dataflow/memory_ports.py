@@ -31,7 +31,8 @@ from hw.lib.params import check_int, check_power_of_two, index_bits
 # the modules that import them from here (hw.dataflow.engine, sim.dataflow.memory).
 __all__ = ["read_port_signature", "write_port_signature", "WordReader", "WordWriter",
            "ReadShare", "PortCounters", "COUNTER_BITS", "READ_BURST",
-           "reader_control_signature", "writer_control_signature"]
+           "reader_control_signature", "writer_control_signature", "feed_reader", "drive_reader",
+           "feed_writer", "drive_writer"]
 
 #: Width of every port counter (2**48 bytes at 300 MHz is about nine days of traffic).
 COUNTER_BITS = 48
@@ -91,12 +92,56 @@ def reader_control_signature(address_width: int, max_words: int, lanes: int
                              "busy": In(1)})
 
 
-def writer_control_signature(address_width: int, max_words: int) -> wiring.Signature:
+def writer_control_signature(address_width: int, max_words: int, group_words: int = 0
+                             ) -> wiring.Signature:
     """A ``WordWriter`` run as its user (a command) drives it: ``start``, ``address``,
-    ``count`` and the ``words`` stream out, ``busy`` in."""
-    return wiring.Signature({"start": Out(1), "address": Out(address_width),
-                             "count": Out(range(max_words + 1)),
-                             "words": Out(stream.Signature(32)), "busy": In(1)})
+    ``count`` and the ``words`` stream out, ``busy`` in; with ``group_words`` (the writer's)
+    also its ``group`` stream out."""
+    members = {"start": Out(1), "address": Out(address_width),
+               "count": Out(range(max_words + 1)), "words": Out(stream.Signature(32)),
+               "busy": In(1)}
+    if group_words:
+        members["group"] = Out(stream.Signature(group_layout(32, group_words)))
+    return wiring.Signature(members)
+
+
+def feed_reader(m, control, reader):
+    """What a command's ``reader_control_signature`` reads of a ``WordReader``, whatever
+    the sequencer does."""
+    m.d.comb += [control.words.valid.eq(reader.words.valid),
+                 control.words.payload.eq(reader.words.payload),
+                 control.group.valid.eq(reader.group.valid),
+                 control.group.payload.eq(reader.group.payload),
+                 control.busy.eq(reader.busy)]
+
+
+def drive_reader(m, control, reader):
+    """A command's ``reader_control_signature`` onto a ``WordReader`` (in the states the
+    command owns the reader)."""
+    m.d.comb += [reader.start.eq(control.start), reader.address.eq(control.address),
+                 reader.count.eq(control.count),
+                 reader.words.ready.eq(control.words.ready),
+                 reader.group.ready.eq(control.group.ready)]
+
+
+def drive_writer(m, control, writer):
+    """A command's ``writer_control_signature`` onto a ``WordWriter`` (in the states the
+    command owns the writer)."""
+    m.d.comb += [writer.start.eq(control.start), writer.address.eq(control.address),
+                 writer.count.eq(control.count),
+                 writer.words.valid.eq(control.words.valid),
+                 writer.words.payload.eq(control.words.payload)]
+    if "group" in control.signature.members:
+        m.d.comb += [writer.group.valid.eq(control.group.valid),
+                     writer.group.payload.eq(control.group.payload)]
+
+
+def feed_writer(m, control, writer):
+    """What a command's ``writer_control_signature`` reads of a ``WordWriter``, whatever
+    the sequencer does."""
+    m.d.comb += [control.busy.eq(writer.busy), control.words.ready.eq(writer.words.ready)]
+    if "group" in control.signature.members:
+        m.d.comb += control.group.ready.eq(writer.group.ready)
 
 
 def _check_port(address_width, port_bits):

@@ -144,6 +144,12 @@ class EngineParams(ParameterRecord):
     tree_words = TREE.size
 
     @property
+    def result_group_words(self) -> int:
+        """Most words of one transfer into the result writer: a frontier or tree record, or
+        the rest of a read beat (``kv_indices``' table prefixes)."""
+        return max(self.frontier_words, self.tree_words, self.port_bits // 32)
+
+    @property
     def max_run_words(self) -> int:
         """Longest run of words a port moves for one command."""
         v = self.max_verify_num

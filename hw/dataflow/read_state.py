@@ -17,6 +17,7 @@ from hw.kernels.update_state import Region
 from .commands import Phase, Status
 from .memory_ports import writer_control_signature
 from .records import NODE, STATE
+from .runs import finish, idle_state
 
 __all__ = ["ReadState", "slot_info_layout"]
 
@@ -38,7 +39,7 @@ class ReadState(wiring.Component):
     -------
     start : In(stream.Signature({"slot": ..., "address": ...}))
         The command's slot and the state record's byte address.
-    done : Out(stream.Signature(3))
+    done : Out(stream.Signature({"status": 3}))
         The command's ``Status``: ``OK``, or ``BAD_SLOT`` for a slot past ``max_batch``.
     info : In(slot_info_layout)
         The slot's ``slot_info`` row, a clock after the start (the dispatcher reads the row
@@ -66,7 +67,7 @@ class ReadState(wiring.Component):
         super().__init__({
             "start": In(stream.Signature(data.StructLayout({
                 "slot": slot_width, "address": p.address_width}))),
-            "done": Out(stream.Signature(3)),
+            "done": Out(stream.Signature(data.StructLayout({"status": 3}))),
             "info": In(slot_info_layout),
             "batch_seq_len": In(32), "batch_pool": In(32),
             "in_round": In(p.max_batch), "saved": In(p.max_batch),
@@ -81,8 +82,8 @@ class ReadState(wiring.Component):
         p = self._params
         MAXB, MAXV, K = p.max_batch, p.max_verify_num, p.node_top_k
         m = Module()
-        slot = Signal.like(self.start.payload.slot)
-        address = Signal.like(self.start.payload.address)
+        command = Signal.like(self.start.payload)
+        slot, address = command.slot, command.address
         total = p.max_node_count + 2 * MAXV + K  # elements of the longest record
         i = Signal(range(total + 2))  # element
         j = Signal(range(max(STATE.size, NODE.size) + 3))  # step within it
@@ -93,18 +94,11 @@ class ReadState(wiring.Component):
         writer = self.writer
 
         with m.FSM(name="read_state"):
-            with m.State("IDLE"):
-                m.d.comb += self.start.ready.eq(1)
-                with m.If(self.start.valid):
-                    m.d.sync += [slot.eq(self.start.payload.slot),
-                                 address.eq(self.start.payload.address), i.eq(0), j.eq(0)]
-                    m.next = "CHECK"
+            idle_state(m, self.start, command, clear=(i, j))
 
             with m.State("CHECK"):
                 with m.If(slot >= MAXB):
-                    m.d.comb += [self.done.valid.eq(1), self.done.payload.eq(Status.BAD_SLOT)]
-                    with m.If(self.done.ready):
-                        m.next = "IDLE"
+                    finish(m, self.done, status=Status.BAD_SLOT)
                 with m.Else():
                     m.next = "ROW"
 
@@ -154,9 +148,7 @@ class ReadState(wiring.Component):
                 words = Mux(in_sort, 1, NODE.size)
                 with m.If(i == nodes + 2 * MAXV + K):
                     with m.If(~writer.busy):
-                        m.d.comb += [self.done.valid.eq(1), self.done.payload.eq(Status.OK)]
-                        with m.If(self.done.ready):
-                            m.next = "IDLE"
+                        finish(m, self.done, status=Status.OK)
                 with m.Elif(j == 0):
                     m.d.comb += self.k2_cmd.valid.eq(1)
                     with m.If(self.k2_cmd.ready):

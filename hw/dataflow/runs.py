@@ -1,11 +1,12 @@
-"""Sequencer steps shared by the engine's commands: a read run's words into on-chip memories,
-an on-chip memory's words into a write run, and the address of a ``req_to_token`` row."""
+"""Sequencer steps shared by the engine's commands: a command component's start and finish,
+a read run's words into on-chip memories, an on-chip memory's words into a write run, and the
+address of a ``req_to_token`` row."""
 
 from amaranth.hdl import Mux, Signal
 
 from hw.lib.params import index_bits
 
-__all__ = ["copy_words", "copy_group", "store_group_run", "verify_locs_states", "table_address",
+__all__ = ["idle_state", "finish", "copy_words", "copy_group", "store_locs_states", "table_address",
            "TABLE_ADDRESS_LATENCY", "TABLE_READY"]
 
 #: Clocks from a ``table_address`` input to its output (see there).
@@ -13,6 +14,25 @@ TABLE_ADDRESS_LATENCY = 2
 #: The caller's sub-step at which a table row's address is ready when the row's pool and
 #: seq_len are addressed from sub-step 0 on (out of their memories a clock later).
 TABLE_READY = 1 + TABLE_ADDRESS_LATENCY
+
+
+def idle_state(m, start, command, *, clear=()):
+    """A command component's ``IDLE`` state: it takes a ``start`` transfer into ``command``
+    (and zeroes the signals in ``clear``), then goes to its ``CHECK`` state."""
+    with m.State("IDLE"):
+        m.d.comb += start.ready.eq(1)
+        with m.If(start.valid):
+            m.d.sync += [command.eq(start.payload), *(signal.eq(0) for signal in clear)]
+            m.next = "CHECK"
+
+
+def finish(m, done, **fields):
+    """A command component ends: it offers ``done`` with the payload ``fields`` and goes back
+    to ``IDLE`` once the sequencer takes it (in the same clock, the way the sequencer does)."""
+    m.d.comb += [done.valid.eq(1),
+                 *(getattr(done.payload, name).eq(value) for name, value in fields.items())]
+    with m.If(done.ready):
+        m.next = "IDLE"
 
 
 def _copy(m, *, step, at, index, count, size, port, read_at, payload):
@@ -33,63 +53,56 @@ def _copy(m, *, step, at, index, count, size, port, read_at, payload):
     return done
 
 
-def copy_words(m, *, step, at, index, count, read, address, writer):
+def copy_words(m, *, step, at, index, count, addr, data, address, writer):
     """Stream ``count`` words of an on-chip memory into ``writer``'s run, one per clock.
 
-    Word ``x`` is at ``address(x)`` of the read port ``read``, which is read a clock ahead.
+    Word ``x`` is at ``address(x)`` of a read port (its address ``addr``, its word ``data``)
+    that is read a clock ahead.
     ``step`` is the caller's sub-state counter: at ``at`` the first word is fetched (``index``
     must be 0), from ``at + 1`` on the words go out, ``index`` counting them. Returns a signal
     that is high once all ``count`` are taken; the caller then moves on.
     """
     return _copy(m, step=step, at=at, index=index, count=count, size=1, port=writer.words,
-                 read_at=lambda x: read.addr.eq(address(x)),
-                 payload=[writer.words.payload.eq(read.data)])
+                 read_at=lambda x: addr.eq(address(x)),
+                 payload=[writer.words.payload.eq(data)])
 
 
-def store_group_run(m, c, *, banks):
-    """Store the reader's run (``c.reader.group``, the rest of a beat a clock), word ``x`` at
-    index ``x`` of every ``WordBanks`` in ``banks``, ``c.i`` counting the words. Returns a
-    signal that is high once the run is over (the caller then moves on and resets ``c.i``)."""
-    group = c.reader.group
-    m.d.comb += group.ready.eq(1)
-    for memory in banks:
-        m.d.comb += [memory.write_at.eq(c.i), memory.write.eq(group.payload),
-                     memory.write_en.eq(group.valid)]
-    with m.If(group.valid):
-        m.d.sync += c.i.eq(c.i + group.payload.count)
-    return ~c.reader.busy & ~group.valid
-
-
-def copy_group(m, *, step, at, index, count, banks, address, writer, lanes):
-    """Stream ``count`` words of a ``WordBanks`` (``banks``) into ``writer``'s run, up to
-    ``lanes`` a clock (``writer.group``): as :func:`copy_words`, word ``x`` at index
-    ``address(x)``, ``index`` counting the words sent."""
+def copy_group(m, *, step, at, index, count, read_at, read_group, address, writer, lanes):
+    """Stream ``count`` words of a ``WordBanks`` (its ``read_at`` and ``read_group``) into
+    ``writer``'s run, up to ``lanes`` a clock (``writer.group``): as :func:`copy_words`, word
+    ``x`` at index ``address(x)``, ``index`` counting the words sent."""
     size = Signal(range(lanes + 1), name="copy_group_size")
     m.d.comb += size.eq(Mux(count - index > lanes, lanes, count - index))
     group = writer.group
     return _copy(m, step=step, at=at, index=index, count=count, size=size, port=group,
-                 read_at=lambda x: banks.read_at.eq(address(x)),
+                 read_at=lambda x: read_at.eq(address(x)),
                  payload=[group.payload.count.eq(size),
-                          *(group.payload.data[k].eq(banks.read_group[k])
+                          *(group.payload.data[k].eq(read_group[k])
                             for k in range(lanes))])
 
 
-def verify_locs_states(m, c, *, name, address, then):
-    """Two sequencer states, ``{name}_START`` and ``{name}``, that read the verify forward's
-    ``B * n`` KV slots from ``address`` into ``verify_cache_locs`` and K7's copy (``n`` in its
-    register from the first), then go to state ``then``."""
-    with m.State(f"{name}_START"):
-        m.d.comb += [c.reader.start.eq(1), c.reader.address.eq(address),
-                     c.reader.count.eq(c.batch * c.vn)]
-        m.next = name
+def store_locs_states(m, command, *, address, count, index, then):
+    """Two states of ``command``'s FSM, ``LOCS_START`` and ``LOCS``, that read the verify
+    forward's ``count`` KV slots from ``address`` with ``command.reader`` and hand them on a
+    read beat a clock (``command.locs_at``, ``command.locs_en``; the words are the reader's
+    ``group`` payload), ``index`` counting them; then ``index`` is 0 again and the FSM goes to
+    state ``then``."""
+    reader, group = command.reader, command.reader.group
+    with m.State("LOCS_START"):
+        m.d.comb += [reader.start.eq(1), reader.address.eq(address), reader.count.eq(count)]
+        m.next = "LOCS"
 
-    with m.State(name):
-        with m.If(store_group_run(m, c, banks=(c.locs, c.locs2))):
-            m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0)]
+    with m.State("LOCS"):
+        m.d.comb += [group.ready.eq(1), command.locs_at.eq(index),
+                     command.locs_en.eq(group.valid)]
+        with m.If(group.valid):
+            m.d.sync += index.eq(index + group.payload.count)
+        with m.If(~reader.busy & ~group.valid):
+            m.d.sync += index.eq(0)
             m.next = then
 
 
-def table_address(m, c, *, pool, offset, name):
+def table_address(m, params, config, *, pool, offset, name):
     """The byte address of ``req_to_token[pool, offset]``, ``req_to_token + 4 * (pool * C +
     offset)``, from ``pool`` and ``offset`` as they were ``TABLE_ADDRESS_LATENCY`` clocks before.
 
@@ -97,11 +110,12 @@ def table_address(m, c, *, pool, offset, name):
     then the product and sum into one, and the last sum is left to the memory port's run
     registers; a block RAM's output into the multiply would not fit a clock. ``pool`` must be a
     checked row (below ``max_pool_rows``: ``begin_round`` refuses any other), so the multiply
-    is ``index_bits(max_pool_rows)`` by 32 bits. ``c`` holds the engine's shared signals.
+    is ``index_bits(max_pool_rows)`` by 32 bits. ``params`` is the ``EngineParams``,
+    ``config`` the engine's ``config`` value (``req_to_token``, ``context_len``).
     """
-    pool_q = Signal(index_bits(c.p.max_pool_rows), name=f"{name}_pool")
+    pool_q = Signal(index_bits(params.max_pool_rows), name=f"{name}_pool")
     offset_q = Signal(32, name=f"{name}_offset")
-    word = Signal(c.p.address_width, name=f"{name}_word")
+    word = Signal(params.address_width, name=f"{name}_word")
     m.d.sync += [pool_q.eq(pool), offset_q.eq(offset),
-                 word.eq(pool_q * c.cfg.context_len + offset_q)]
-    return c.cfg.req_to_token + 4 * word
+                 word.eq(pool_q * config.context_len + offset_q)]
+    return config.req_to_token + 4 * word

@@ -219,7 +219,7 @@ def verify_states(m, c):
                          c.res.accept_length.eq(r7.accept_length), c.j.eq(0)]
             m.next = "RUN_TABLE"
 
-    accepted_row = table_address(m, c, pool=c.pool_rd.data,
+    accepted_row = table_address(m, c.p, c.cfg, pool=c.pool_rd.data,
                                  offset=c.seq_rd.data - c.res.accept_length, name="run_table")
     with m.State("RUN_TABLE"):
         # req_to_token[pool, old seq_len + x] = the accepted tokens' KV slots
@@ -234,7 +234,8 @@ def verify_states(m, c):
         with m.Else():
             with m.If(copy_words(m, step=c.j, at=TABLE_READY + 1, index=c.i,
                                  count=c.res.accept_length,
-                                 read=c.commit_rd, writer=c.twriter, address=lambda x: x)):
+                                 addr=c.commit_rd.addr, data=c.commit_rd.data,
+                                 writer=c.twriter, address=lambda x: x)):
                 m.d.sync += [c.b.eq(c.b + 1), c.j.eq(0), c.i.eq(0)]
                 m.next = "RUN_REQUEST"
 
@@ -327,7 +328,8 @@ def verify_states(m, c):
                 m.d.sync += c.j.eq(1)
         with m.Else():
             done = copy_words(m, step=c.j, at=1, index=c.i, count=c.verified_total,
-                              read=c.vids_rd, writer=c.rwriter, address=lambda x: x)
+                              addr=c.vids_rd.addr, data=c.vids_rd.data,
+                              writer=c.rwriter, address=lambda x: x)
             with m.If(done & ~c.rwriter.busy & ~c.twriter.busy):
                 m.d.sync += [c.phase.eq(Phase.IDLE), c.j.eq(0), c.i.eq(0)]
                 m.next = "COMPLETE"
