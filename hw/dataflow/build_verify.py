@@ -292,8 +292,8 @@ class BuildVerify(wiring.Component):
                 with m.If((mask_b == self.batch) & ~flushed):
                     m.d.comb += mask_bytes.flush.eq(1)
                     m.d.sync += flushed.eq(1)
-                with m.If(flushed & (trees == nodes) & ~results.busy & ~self.masks.busy
-                          & (b == self.batch) & (seq_b == self.batch)):
+                with m.If(flushed & (trees == nodes) & results.can_start
+                          & self.masks.can_start & (b == self.batch) & (seq_b == self.batch)):
                     m.d.sync += [b.eq(0), i.eq(0), j.eq(0)]
                     m.next = "INDPTR"
 
@@ -319,14 +319,13 @@ class BuildVerify(wiring.Component):
                 # verify KV slots (which TABLE writes to the row after them)
                 m.d.comb += [self.pool_at.eq(b), self.seq_at.eq(b)]
                 with m.If(j == 0):
-                    with m.If(~results.busy):
+                    with m.If(results.can_start):
                         m.d.comb += [results.start.eq(1), results.address.eq(command.kv_indices),
                                      results.count.eq(kv_total)]
                         m.d.sync += j.eq(1)
                 with m.Elif(b == self.batch):
-                    with m.If(~results.busy):
-                        m.d.sync += [b.eq(0), i.eq(0), j.eq(0)]
-                        m.next = "TABLE"
+                    m.d.sync += [b.eq(0), i.eq(0), j.eq(0)]
+                    m.next = "TABLE"
                 with m.Elif(j < 1 + TABLE_READY):  # pool and seq_len of row b, then the address
                     m.d.sync += j.eq(j + 1)
                 with m.Elif(j == 1 + TABLE_READY):
@@ -350,17 +349,20 @@ class BuildVerify(wiring.Component):
                         m.d.sync += [b.eq(b + 1), j.eq(1), i.eq(0)]
 
             with m.State("TABLE"):
-                # req_to_token[pool, seq_len + x] = verify slot x (only for a valid tree)
+                # req_to_token[pool, seq_len + x] = verify slot x (only for a valid tree); the
+                # command ends once every write has its response
                 m.d.comb += [self.pool_at.eq(b), self.seq_at.eq(b), in_table.eq(1)]
+                landed = ~results.busy & ~self.masks.busy & ~table.busy
                 with m.If(invalid):
-                    end(Status.BAD_ARGUMENT)
+                    with m.If(landed):
+                        end(Status.BAD_ARGUMENT)
                 with m.Elif(b == self.batch):
-                    with m.If(~table.busy):
+                    with m.If(landed):
                         end(Status.OK)
                 with m.Elif(j < TABLE_READY):  # the row's pool and seq_len, then its address
                     m.d.sync += j.eq(j + 1)
                 with m.Elif(j == TABLE_READY):
-                    with m.If(~table.busy):
+                    with m.If(table.can_start):
                         m.d.comb += [table.start.eq(1), table.count.eq(vn),
                                      table.address.eq(table_row)]
                         m.d.sync += [j.eq(TABLE_READY + 1), i.eq(0)]

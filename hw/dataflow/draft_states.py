@@ -173,7 +173,7 @@ def begin_round_states(m, c):
         with m.Elif(c.j < TABLE_READY):  # the row's pool and seq_len, then its address
             m.d.sync += c.j.eq(c.j + 1)
         with m.Elif(c.j == TABLE_READY):
-            with m.If(~c.twriter.busy):
+            with m.If(c.twriter.can_start):
                 m.d.comb += [c.twriter.start.eq(1), c.twriter.count.eq(c.p.kv_slots),
                              c.twriter.address.eq(c.table_row)]
                 m.d.sync += [c.j.eq(TABLE_READY + 1), c.i.eq(0)]

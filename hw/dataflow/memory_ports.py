@@ -95,11 +95,11 @@ def reader_control_signature(address_width: int, max_words: int, lanes: int
 def writer_control_signature(address_width: int, max_words: int, group_words: int = 0
                              ) -> wiring.Signature:
     """A ``WordWriter`` run as its user (a command) drives it: ``start``, ``address``,
-    ``count`` and the ``words`` stream out, ``busy`` in; with ``group_words`` (the writer's)
-    also its ``group`` stream out."""
+    ``count`` and the ``words`` stream out, ``busy`` and ``can_start`` in; with
+    ``group_words`` (the writer's) also its ``group`` stream out."""
     members = {"start": Out(1), "address": Out(address_width),
                "count": Out(range(max_words + 1)), "words": Out(stream.Signature(32)),
-               "busy": In(1)}
+               "busy": In(1), "can_start": In(1)}
     if group_words:
         members["group"] = Out(stream.Signature(group_layout(32, group_words)))
     return wiring.Signature(members)
@@ -139,7 +139,8 @@ def drive_writer(m, control, writer):
 def feed_writer(m, control, writer):
     """What a command's ``writer_control_signature`` reads of a ``WordWriter``, whatever
     the sequencer does."""
-    m.d.comb += [control.busy.eq(writer.busy), control.words.ready.eq(writer.words.ready)]
+    m.d.comb += [control.busy.eq(writer.busy), control.can_start.eq(writer.can_start),
+                 control.words.ready.eq(writer.words.ready)]
     if "group" in control.signature.members:
         m.d.comb += control.group.ready.eq(writer.group.ready)
 
@@ -282,7 +283,7 @@ class WordWriter(wiring.Component):
     -------
     port : Out(write_port_signature(address_width, port_bits))
     start : In(1)
-        Begin a run (a one-clock pulse while ``busy`` is low).
+        Begin a run (a one-clock pulse while ``can_start`` is high).
     address : In(address_width)
         Byte address of the run's first word (a multiple of 4), with ``start``.
     count : In(range(max_words + 1))
@@ -293,9 +294,14 @@ class WordWriter(wiring.Component):
         The run's words, ``count`` a transfer (from index 0). A producer offers ``words`` or
         ``group``, never both in one clock, and never more words than the run has left.
     busy : Out(1)
-        High from the clock after ``start`` until every burst of the run has its response.
+        High from the clock after ``start`` until every burst of every run has its response.
+    can_start : Out(1)
+        A run may start: the one before has handed all its beats to the port. Its bursts may
+        still await their responses, so runs follow one another without a memory latency
+        between them; ``busy`` says when all have landed.
     errors : Out(1)
-        Sticky: a response other than OKAY was received (cleared by ``start``).
+        Sticky: a response other than OKAY was received (cleared by ``start``: one that
+        arrives after a ``start`` for the run before counts for the new run).
     """
 
     def __init__(self, *, address_width=32, port_bits=256, max_words=1024, group_words=1):
@@ -311,6 +317,7 @@ class WordWriter(wiring.Component):
             "words": In(stream.Signature(32)),
             "group": In(stream.Signature(group_layout(32, group_words))),
             "busy": Out(1),
+            "can_start": Out(1),
             "errors": Out(1),
         })
 
@@ -337,7 +344,8 @@ class WordWriter(wiring.Component):
                      w.payload.strobe.eq(Cat(s.replicate(4) for s in strobe)),
                      b.ready.eq(1),
                      self.busy.eq(run.pending | words_left.nonzero | ~packer.empty
-                                  | (responses_left != 0))]
+                                  | (responses_left != 0)),
+                     self.can_start.eq(~run.pending & ~words_left.nonzero & packer.empty)]
         with m.If(aw.valid & aw.ready):
             m.d.sync += aw_pending.eq(0)
         with m.If(w.valid & w.ready):

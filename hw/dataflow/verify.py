@@ -227,7 +227,7 @@ def verify_states(m, c):
         with m.If(c.j < TABLE_READY):  # the row's pool and seq_len, then its address
             m.d.sync += c.j.eq(c.j + 1)
         with m.Elif(c.j == TABLE_READY):
-            with m.If(~c.twriter.busy):
+            with m.If(c.twriter.can_start):
                 m.d.comb += [c.twriter.start.eq(1), c.twriter.count.eq(c.res.accept_length),
                              c.twriter.address.eq(accepted_row)]
                 m.d.sync += [c.j.eq(TABLE_READY + 1), c.i.eq(0)]
@@ -285,7 +285,7 @@ def verify_states(m, c):
                          c.rwriter.count.eq(c.batch * words_per)]
             m.d.sync += c.j.eq(1)
         with m.Elif(c.b == c.batch):
-            with m.If(~c.rwriter.busy):
+            with m.If(c.rwriter.can_start):
                 m.d.sync += [c.j.eq(0), c.i.eq(0), c.b.eq(0)]
                 m.next = "RUN_VERIFIED"
         with m.Elif(c.j == 1):  # the request's rows are being read
@@ -322,7 +322,7 @@ def verify_states(m, c):
     with m.State("RUN_VERIFIED"):
         # verified_id, the accepted tokens of the batch in one list
         with m.If(c.j == 0):
-            with m.If(~c.rwriter.busy):
+            with m.If(c.rwriter.can_start):
                 m.d.comb += [c.rwriter.start.eq(1), c.rwriter.address.eq(c.cmd.address3),
                              c.rwriter.count.eq(c.verified_total)]
                 m.d.sync += c.j.eq(1)
