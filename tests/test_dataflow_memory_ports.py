@@ -131,6 +131,67 @@ def test_busy_from_the_clock_after_start(count):
                                    memory.serve_write(writer.port, 128)])
 
 
+def _queued_runs(port_bits, in_flight, *, latency, stall, seed):
+    """Read 10 runs with a reader that holds ``in_flight`` runs, each started as soon as
+    ``can_start`` allows, the words taken a group at a time under random back-pressure
+    (``stall``). Returns the runs, the groups taken (a list of word lists) and the clocks."""
+    reader = WordReader(address_width=20, port_bits=port_bits, max_words=40, runs=in_flight)
+    memory = CardMemory(1 << 12, seed=seed, latency=latency)
+    rng = random.Random(seed)
+    memory.write_words(0, np.array([rng.getrandbits(32) for _ in range(256)], np.int64))
+    runs = [(rng.randrange(0, 200), rng.randrange(0, 41)) for _ in range(8)] + [(5, 0), (9, 3)]
+    groups, clocks = [], [0]
+
+    async def starter(ctx):
+        for first, count in runs:
+            while not ctx.get(reader.can_start):
+                await ctx.tick()
+            ctx.set(reader.start, 1)
+            ctx.set(reader.address, 4 * first)
+            ctx.set(reader.count, count)
+            await ctx.tick()
+            ctx.set(reader.start, 0)
+
+    async def consumer(ctx):
+        total = sum(count for _, count in runs)
+        while sum(map(len, groups)) < total or ctx.get(reader.busy):
+            ready = rng.random() >= stall
+            ctx.set(reader.group.ready, ready)
+            if ready and ctx.get(reader.group.valid):
+                group = ctx.get(reader.group.payload)
+                groups.append([group.data[k] for k in range(group.count)])
+            await ctx.tick()
+            clocks[0] += 1
+
+    simulate(reader, starter, consumer, background=[memory.serve_read(reader.port, port_bits)])
+    return runs, groups, memory, clocks[0]
+
+
+@pytest.mark.parametrize("port_bits,stall", [(32, 0.0), (64, 0.3), (256, 0.0), (256, 0.5)])
+def test_reader_queues_runs(port_bits, stall):
+    """Runs started while the words of the runs before still stream out (three in flight)
+    leave in the order they started, every word once, no group holding words of two runs; at
+    a fixed latency of 16 clocks they take fewer clocks than one run at a time."""
+    runs, groups, memory, queued = _queued_runs(port_bits, 3, latency=(16, 16), stall=stall,
+                                                seed=port_bits)
+    words = iter(word for group in groups for word in group)
+    for first, count in runs:
+        expected = memory.read_words(4 * first, count) & 0xFFFF_FFFF
+        assert [next(words) for _ in range(count)] == expected.tolist()
+    assert next(words, None) is None
+    boundaries, total = set(), 0
+    for _, count in runs:
+        total += count
+        boundaries.add(total)
+    total = 0
+    for group in groups:  # a group ends at or before the end of the run it starts in
+        end = min(boundary for boundary in boundaries if boundary > total)
+        assert total + len(group) <= end
+        total += len(group)
+    *_, one_at_a_time = _queued_runs(port_bits, 1, latency=(16, 16), stall=stall, seed=port_bits)
+    assert queued < one_at_a_time
+
+
 @pytest.mark.parametrize("port_bits,stall", [(64, 0.0), (64, 0.4), (256, 0.2)])
 def test_writer_takes_groups_wider_than_a_beat(port_bits, stall):
     """Groups of 1..5 words (a tree record a transfer) into runs from unaligned addresses:

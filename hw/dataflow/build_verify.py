@@ -70,8 +70,9 @@ class BuildVerify(wiring.Component):
         The engine's settings (``req_to_token``, ``context_len``).
     slot_at, seq_at, pool_at, k4_seq_at, mask_seq_at : Out(range(max_batch + 2))
         Batch rows read from the round's bank: the slot (K2's reads), ``seq_len`` (three
-        readers: the sizes and table runs, K4's feed, the mask's row width) and
-        ``req_pool_index``; their words on the inputs below a clock later.
+        readers: the sizes and the table rows read and written; K4's feed and the prefixes
+        copied into ``kv_indices``; the mask's row width) and ``req_pool_index``; their
+        words on the inputs below a clock later.
     slot, seq_len, pool, k4_seq_len, mask_seq_len : In
     reader : Out(reader_control_signature(...))
         The sequencer's reader (``read``).
@@ -165,6 +166,8 @@ class BuildVerify(wiring.Component):
         flushed = Signal()
         trees = Signal(range(MAXB * MAXV + 1))  # tree records written
         rsp_x = Signal(range(p.max_node_count + 1))  # node answers forwarded in the request
+        ahead = Signal(range(MAXB + 1))  # KV: request whose row is read next
+        ahead_step = Signal(range(TABLE_READY + 1))
         m.d.sync += nodes.eq(self.batch * vn)
         m.d.comb += [sizes.seq_len.eq(self.seq_len), sizes.vn.eq(vn), sizes.mode.eq(command.mode)]
         # req_to_token[pool, offset]: KV's row starts (offset 0), TABLE's rows past seq_len
@@ -311,13 +314,23 @@ class BuildVerify(wiring.Component):
                                          writer=results, address=lambda x: x)):
                         m.d.sync += [j.eq(j + 1), i.eq(1), b.eq(0)]
                         with m.If(j == 2):
-                            m.d.sync += [j.eq(0), i.eq(0)]
+                            m.d.sync += [j.eq(0), i.eq(0), ahead.eq(0), ahead_step.eq(0)]
                             m.next = "KV"
 
             with m.State("KV"):
                 # kv_indices: per request the table row's first seq_len slots, then its
-                # verify KV slots (which TABLE writes to the row after them)
-                m.d.comb += [self.pool_at.eq(b), self.seq_at.eq(b)]
+                # verify KV slots (which TABLE writes to the row after them). The rows are read
+                # ahead (request `ahead`; its address ready at sub-step TABLE_READY), as many
+                # as the reader holds, while request b's words go out.
+                m.d.comb += [self.pool_at.eq(ahead), self.seq_at.eq(ahead),
+                             self.k4_seq_at.eq(b)]
+                with m.If(ahead < self.batch):
+                    with m.If(ahead_step < TABLE_READY):
+                        m.d.sync += ahead_step.eq(ahead_step + 1)
+                    with m.Elif(self.reader.can_start):
+                        m.d.comb += [self.reader.start.eq(1), self.reader.count.eq(self.seq_len),
+                                     self.reader.address.eq(table_row)]
+                        m.d.sync += [ahead.eq(ahead + 1), ahead_step.eq(0)]
                 with m.If(j == 0):
                     with m.If(results.can_start):
                         m.d.comb += [results.start.eq(1), results.address.eq(command.kv_indices),
@@ -326,23 +339,22 @@ class BuildVerify(wiring.Component):
                 with m.Elif(b == self.batch):
                     m.d.sync += [b.eq(0), i.eq(0), j.eq(0)]
                     m.next = "TABLE"
-                with m.Elif(j < 1 + TABLE_READY):  # pool and seq_len of row b, then the address
-                    m.d.sync += j.eq(j + 1)
-                with m.Elif(j == 1 + TABLE_READY):
-                    m.d.comb += [self.reader.start.eq(1), self.reader.count.eq(self.seq_len),
-                                 self.reader.address.eq(table_row)]
-                    m.d.sync += j.eq(2 + TABLE_READY)
-                with m.Elif(j == 2 + TABLE_READY):  # the row's prefix, the rest of a beat a clock
+                with m.Elif(j == 1):  # request b's seq_len is read
+                    m.d.sync += [j.eq(2), i.eq(0)]
+                with m.Elif(j == 2):  # its row's prefix, the rest of a beat a clock
                     source, sink = self.reader.group, results.group
                     m.d.comb += [sink.valid.eq(source.valid),
                                  sink.payload.count.eq(source.payload.count),
                                  source.ready.eq(sink.ready)]
                     for index, word in enumerate(source.payload.data):
                         m.d.comb += sink.payload.data[index].eq(word)
-                    with m.If(~self.reader.busy & ~source.valid):
-                        m.d.sync += [j.eq(3 + TABLE_READY), i.eq(0)]
-                with m.Else():  # then the request's verify slots
-                    with m.If(copy_group(m, step=j, at=3 + TABLE_READY, index=i, count=vn,
+                    with m.If(source.valid & source.ready):
+                        m.d.sync += i.eq(i + source.payload.count)
+                    with m.If(i == self.k4_seq_len):
+                        m.d.comb += [sink.valid.eq(0), source.ready.eq(0)]
+                        m.d.sync += [j.eq(3), i.eq(0)]
+                with m.Else():  # then its verify slots
+                    with m.If(copy_group(m, step=j, at=3, index=i, count=vn,
                                          read_at=self.locs_read_at, read_group=self.locs_read,
                                          writer=results, lanes=lanes,
                                          address=lambda x: b * vn + x)):

@@ -151,7 +151,8 @@ class PersistentEngine(wiring.Component):
         lanes = p.port_bits // 32  # words of a memory port's beat
         port_args = dict(address_width=p.address_width, port_bits=p.port_bits,
                          max_words=p.max_run_words)
-        reader = kernel("reader", WordReader(**port_args))
+        # the sequencer's reader, up to four runs in flight (build_verify's table rows)
+        reader = kernel("reader", WordReader(**port_args, runs=4))
         # draft_depth's top-K probabilities, read beside the other runs (docs/engine.md)
         proba_reader = kernel("proba_reader", WordReader(**port_args))
         read_share = kernel("read_share", ReadShare(address_width=p.address_width,

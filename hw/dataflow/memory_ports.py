@@ -19,8 +19,8 @@ was busy or stalled: the figures of the engine's byte accounting.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from hw.lib.axi import Burst, read_port_signature, write_port_signature
@@ -84,12 +84,12 @@ class _RunStart:
 def reader_control_signature(address_width: int, max_words: int, lanes: int
                              ) -> wiring.Signature:
     """A ``WordReader`` run as its user (a command) drives it: ``start``, ``address``,
-    ``count`` out; the ``words`` and ``group`` streams and ``busy`` in."""
+    ``count`` out; the ``words`` and ``group`` streams, ``busy`` and ``can_start`` in."""
     return wiring.Signature({"start": Out(1), "address": Out(address_width),
                              "count": Out(range(max_words + 1)),
                              "words": In(stream.Signature(32)),
                              "group": In(stream.Signature(group_layout(32, lanes))),
-                             "busy": In(1)})
+                             "busy": In(1), "can_start": In(1)})
 
 
 def writer_control_signature(address_width: int, max_words: int, group_words: int = 0
@@ -112,7 +112,7 @@ def feed_reader(m, control, reader):
                  control.words.payload.eq(reader.words.payload),
                  control.group.valid.eq(reader.group.valid),
                  control.group.payload.eq(reader.group.payload),
-                 control.busy.eq(reader.busy)]
+                 control.busy.eq(reader.busy), control.can_start.eq(reader.can_start)]
 
 
 def drive_reader(m, control, reader):
@@ -151,7 +151,12 @@ def _check_port(address_width, port_bits):
 
 
 class WordReader(wiring.Component):
-    """Read a run of 32-bit words from memory and stream them out, one word per clock.
+    """Read runs of 32-bit words from memory and stream them out, one word per clock.
+
+    Up to ``runs`` runs are in flight: a run may start once the one before has issued all
+    its bursts, so its memory latency passes while the words before it stream out. The words
+    leave run after run, in the order the runs started; a user that starts a run before the
+    one before has ended counts its words (a ``group`` never holds words of two runs).
 
     Parameters
     ----------
@@ -163,12 +168,14 @@ class WordReader(wiring.Component):
         Longest run.
     max_burst : int, a power of two, 1 .. 4096 / (port_bits / 8)
         Most beats per burst.
+    runs : int, at least 1
+        Most runs in flight.
 
     Members
     -------
     port : Out(read_port_signature(address_width, port_bits))
     start : In(1)
-        Begin a run (a one-clock pulse while ``busy`` is low).
+        Begin a run (a one-clock pulse while ``can_start`` is high).
     address : In(address_width)
         Byte address of the run's first word (a multiple of 4), with ``start``.
     count : In(range(max_words + 1))
@@ -180,17 +187,21 @@ class WordReader(wiring.Component):
         word; ``count`` of them, from index 0). A consumer takes ``words`` or ``group``, never
         both in one clock.
     busy : Out(1)
-        High from the clock after ``start`` until the last word has left.
+        High from the clock after ``start`` until the last word of every run has left.
+    can_start : Out(1)
+        A run may start: every burst of the runs before is issued, fewer than ``runs`` are in
+        flight (with ``runs`` 1: ``busy`` is low).
     """
 
     def __init__(self, *, address_width=32, port_bits=256, max_words=1024,
-                 max_burst=READ_BURST):
+                 max_burst=READ_BURST, runs=1):
         _check_port(address_width, port_bits)
         self._address_width = address_width
         self._lanes = port_bits // 32
         self._max_words = check_int("max_words", max_words, 1)
         self._max_burst = check_power_of_two("max_burst", max_burst, 1,
                                              _BOUNDARY // (port_bits // 8))
+        self._runs = check_int("runs", runs, 1)
         super().__init__({
             "port": Out(read_port_signature(address_width, port_bits)),
             "start": In(1),
@@ -199,6 +210,7 @@ class WordReader(wiring.Component):
             "words": Out(stream.Signature(32)),
             "group": Out(stream.Signature(group_layout(32, self._lanes))),
             "busy": Out(1),
+            "can_start": Out(1),
         })
 
     def elaborate(self, platform):
@@ -209,7 +221,9 @@ class WordReader(wiring.Component):
         ar, r = self.port.ar, self.port.r
 
         beats_left = _Countdown(self._max_words + 1, name="beats_left")  # beats not requested
-        words_left = _Countdown(self._max_words, name="words_left")  # words not streamed out
+        # the run streaming out: its words not yet out, its beats not yet received
+        words_left = _Countdown(self._max_words, name="words_left")
+        beats_due = _Countdown(self._max_words + 1, name="beats_due")
         lane = Signal(lane_bits)
         beat = Signal(32 * lanes)
         beat_valid = Signal()
@@ -223,10 +237,23 @@ class WordReader(wiring.Component):
                                                          - 1] if block > 1 else 0))
         m.d.comb += burst.eq(Mux(beats_left.value < room, beats_left.value, room))
 
+        # A run's bursts are issued from the clock after its start; its words stream out once
+        # the runs before it have left (`queued` holds the runs in between).
         run = _RunStart(m, self, lanes)
+        run_layout = data.StructLayout({"first_lane": lane_bits,
+                                        "count": range(self._max_words + 1),
+                                        "beats": range(self._max_words + 2)})
+        m.submodules.queued = queued = SyncFIFO(width=run_layout.size, depth=self._runs)
+        head = data.View(run_layout, queued.r_data)
+        entry = Signal(run_layout)
+        run_beats = Mux(run.count == 0, 0, (run.first_lane + run.count + lanes - 1) // lanes)
+        m.d.comb += [entry.first_lane.eq(run.first_lane), entry.count.eq(run.count),
+                     entry.beats.eq(run_beats)]
         m.d.comb += [ar.valid.eq(beats_left.nonzero), ar.payload.length.eq(burst - 1),
-                     ar.payload.burst.eq(Burst.INCR),
-                     self.busy.eq(run.pending | words_left.nonzero)]
+                     ar.payload.burst.eq(Burst.INCR), queued.w_data.eq(entry),
+                     queued.w_en.eq(run.pending),
+                     self.busy.eq(run.pending | queued.r_rdy | words_left.nonzero),
+                     self.can_start.eq(~run.pending & ~beats_left.nonzero & queued.w_rdy)]
         with m.If(ar.valid & ar.ready):
             m.d.sync += ar.payload.address.eq(ar.payload.address + (burst << size_bits))
             beats_left.decrement(m, burst)
@@ -246,7 +273,7 @@ class WordReader(wiring.Component):
                 (beat >> (32 * index)).word_select(lane, 32) if lanes > 1 else beat)
         group_taken = self.group.valid & self.group.ready
         beat_done = (taken & ((lane == lanes - 1) | words_left.last)) | group_taken
-        m.d.comb += r.ready.eq(~beat_valid | beat_done)
+        m.d.comb += r.ready.eq((~beat_valid | beat_done) & beats_due.nonzero)
         with m.If(taken):
             m.d.sync += lane.eq(lane + 1)
             words_left.decrement(m)
@@ -256,13 +283,17 @@ class WordReader(wiring.Component):
             m.d.sync += [beat_valid.eq(0), lane.eq(0)]
         with m.If(r.valid & r.ready):
             m.d.sync += [beat.eq(r.payload.data), beat_valid.eq(1)]
+            beats_due.decrement(m)
 
         with m.If(run.pending):
-            m.d.sync += [ar.payload.address.eq(run.address & ~(port_bytes - 1)),
-                         lane.eq(run.first_lane)]
-            beats_left.load(m, Mux(run.count == 0, 0,
-                                   (run.first_lane + run.count + lanes - 1) // lanes))
-            words_left.load(m, run.count)
+            m.d.sync += ar.payload.address.eq(run.address & ~(port_bytes - 1))
+            beats_left.load(m, run_beats)
+        # the next run streams out once the one before has left
+        m.d.comb += queued.r_en.eq(~words_left.nonzero & ~beat_valid)
+        with m.If(queued.r_en & queued.r_rdy):
+            m.d.sync += lane.eq(head.first_lane)
+            words_left.load(m, head.count)
+            beats_due.load(m, head.beats)
         return m
 
 
