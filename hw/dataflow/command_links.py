@@ -1,6 +1,7 @@
 """How the engine's sequencer links the commands that are components of their own
-(``ReadState``, ``LoadTree``, ``BuildVerify``) to what they share: the command's fields, the
-round's state and memories, K2's host port and the memory ports' readers and writers.
+(``BeginRound``, ``ReadState``, ``LoadTree``, ``BuildVerify``) to what they share: the
+command's fields, the round's state and memories, K2's host port and the memory ports' readers
+and writers.
 
 Per command two functions: ``link_*`` makes the connections that hold whatever the sequencer
 does (the command's fields into ``start.payload``, the round's state and the shared resources'
@@ -12,10 +13,11 @@ state in which the command runs (the component's outputs onto the shared resourc
 
 from amaranth.lib import wiring
 
+from .commands import ONE_BITS
 from .memory_ports import drive_reader, drive_writer, feed_reader, feed_writer
 
-__all__ = ["link_read_state", "drive_read_state", "link_load_tree", "drive_load_tree",
-           "link_build_verify", "drive_build_verify"]
+__all__ = ["link_begin_round", "drive_begin_round", "link_read_state", "drive_read_state",
+           "link_load_tree", "drive_load_tree", "link_build_verify", "drive_build_verify"]
 
 
 def _feed_host_responses(m, k2_rsp, c):
@@ -36,6 +38,53 @@ def _drive_verify_tree(m, command, c):
                      banks.write_en.eq(command.locs_en)]
     m.d.comb += [c.vtree_wr.addr.eq(command.tree_at), c.vtree_wr.data.eq(command.tree_write),
                  c.vtree_wr.en.eq(command.tree_en)]
+
+
+def link_begin_round(m, begin, command, c):
+    """``begin_round``: the batch size, records' address and depths of ``command``; the round
+    in flight's state (for its save), the batch rows' data, the reader's and table writer's
+    outputs."""
+    start = begin.start.payload
+    m.d.comb += [start.batch_size.eq(command.batch_size), start.records.eq(command.address0),
+                 start.depths.eq(command.depths), begin.config.eq(c.cfg),
+                 begin.phase.eq(c.phase), begin.batch.eq(c.batch),
+                 begin.cumu_count.eq(c.cumu_count), begin.slot.eq(c.slot_rd.data),
+                 begin.seq_len.eq(c.seq_rd.data), begin.pool.eq(c.pool_rd.data),
+                 begin.root.eq(c.root_rd.data), begin.kv_read.eq(c.kv_rd.data),
+                 begin.host_idle.eq(c.host_idle)]
+    feed_reader(m, begin.reader, c.reader)
+    feed_writer(m, begin.table, c.twriter)
+
+
+def drive_begin_round(m, begin, c):
+    """``begin_round`` runs: the batch rows it names read (in either bank) and written (in the
+    idle one), its slots' saved rows, the frontier's roots; the reader, the table writer and
+    K2's host port (whose answers to its writes are dropped) are its."""
+    row, new_row = c.row(begin.row_at, new=begin.row_new), c.row(begin.row_write_at, new=True)
+    written = begin.row_write
+    kv = c.kv_row(begin.kv_at, begin.kv_slot, new=True)
+    m.d.comb += [c.slot_rd.addr.eq(row), c.seq_rd.addr.eq(row), c.pool_rd.addr.eq(row),
+                 c.root_rd.addr.eq(begin.row_at), c.kv_rd.addr.eq(kv), c.kv_wr.addr.eq(kv),
+                 c.kv_wr.data.eq(begin.kv_write), c.kv_wr.en.eq(begin.kv_en)]
+    for memory, value in ((c.slot_wr, written.slot), (c.seq_wr, written.seq_len),
+                          (c.pool_wr, written.pool)):
+        m.d.comb += [memory.addr.eq(new_row), memory.data.eq(value),
+                     memory.en.eq(begin.row_write_en)]
+    m.d.comb += [c.root_wr.addr.eq(begin.row_write_at), c.root_wr.data.eq(written.root),
+                 c.root_wr.en.eq(begin.row_write_en),
+                 c.info_wr.addr.eq(begin.info_at), c.info_wr.data.eq(begin.info_write),
+                 c.info_wr.en.eq(begin.info_en), c.saving_slot.eq(begin.saved_slot),
+                 c.saving.eq(begin.saved_en), c.slot_row_wr.addr.eq(begin.slot_row_at),
+                 c.slot_row_wr.data.eq(begin.slot_row_write),
+                 c.slot_row_wr.en.eq(begin.slot_row_en)]
+    frontier = begin.frontier_at * c.WM
+    for memory, value in ((c.fscore_wr, ONE_BITS), (c.fnode_wr, 0), (c.fmask_wr, 0)):
+        m.d.comb += [memory.addr.eq(frontier), memory.data.eq(value),
+                     memory.en.eq(begin.frontier_en)]
+    wiring.connect(m, begin.k2_cmd, c.host_cmd)
+    m.d.comb += c.k2.host_rsp.ready.eq(1)
+    drive_reader(m, begin.reader, c.reader)
+    drive_writer(m, begin.table, c.twriter)
 
 
 def link_read_state(m, read_state, command, c):

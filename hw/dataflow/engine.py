@@ -15,11 +15,11 @@ round's KV slots into ``req_to_token`` (``table_write``). Two word readers share
 
 The kernels behind the sequencer: K1's score and sort path (``ScoreSortPipeline``), K2, K3 with
 the width policy, the fused verify (``TreeVerify``), K7 (``VerifyResult``) and the compaction
-(``ActiveSlots``); K4 (``TreeMask``) is ``build_verify``'s own. ``read_state``, ``load_tree``
-and ``build_verify`` are components of their own (``ReadState``, ``LoadTree``,
-``BuildVerify``), started and finished by the sequencer and linked to what they share in
-``command_links``; ``begin_round``, ``draft_depth`` (``draft_states``) and ``verify`` are
-still states of the sequencer. The build parameters are ``params.EngineParams``. Commands
+(``ActiveSlots``); K4 (``TreeMask``) is ``build_verify``'s own. ``begin_round``,
+``read_state``, ``load_tree`` and ``build_verify`` are components of their own
+(``BeginRound``, ``ReadState``, ``LoadTree``, ``BuildVerify``), started and finished by the
+sequencer and linked to what they share in ``command_links``; ``draft_depth``
+(``draft_states``) and ``verify`` are still states of the sequencer. The build parameters are ``params.EngineParams``. Commands
 are checked before they touch anything: a bad command completes with an error ``Status`` and
 changes no state.
 
@@ -43,11 +43,14 @@ from hw.kernels.verify_result import VerifyResult
 from hw.kernels.work_deltas import WorkDeltas
 from hw.lib.stream import RegisterSlice
 
+from .begin_round import BeginRound
 from .build_verify import BuildVerify
 from .command_links import (
+    drive_begin_round,
     drive_build_verify,
     drive_load_tree,
     drive_read_state,
+    link_begin_round,
     link_build_verify,
     link_load_tree,
     link_read_state,
@@ -61,7 +64,7 @@ from .commands import (
     StopReason,
     clamp_verify_num,
 )
-from .draft_states import begin_round_states, draft_depth_states, save_round
+from .draft_states import draft_depth_states
 from .load_tree import LoadTree, verify_tree_layout
 from .memory_ports import (
     PortCounters,
@@ -73,9 +76,7 @@ from .memory_ports import (
 )
 from .params import EngineParams, counter_layout
 from .proba_fetch import store_fetched_probas
-from .read_state import ReadState, slot_info_layout
-from .records import ARGUMENT
-from .runs import table_address
+from .read_state import ReadState, save_slot_rows, slot_info_layout
 from .verify import verify_states
 from .word_banks import WordBanks
 
@@ -240,6 +241,9 @@ class PersistentEngine(wiring.Component):
         slot_row_rd, slot_row_wr = memory("slot_row", range(MAXB), MAXB)
         in_round = Signal(MAXB)
         saved = Signal(MAXB)
+        saving, saving_slot = Signal(), Signal(range(MAXB))  # a slot's row is saved
+        with m.If(saving):
+            m.d.sync += saved.eq(saved | (1 << saving_slot))
 
         cmd = Signal(p.command_layout)
         status = Signal(3)
@@ -273,10 +277,7 @@ class PersistentEngine(wiring.Component):
         i = Signal(range(elements + 2))  # element within it
         j = Signal(range(elements + 2))  # second element counter
         n = Signal(range(NM + 1))  # N = W*K
-        slot_seen = Signal(MAXB)
-        bad_slot = Signal()
         bad_argument = Signal()
-        record = Signal(ARGUMENT.layout)  # the fixed words of the argument record being read
         probas = Array(Signal(32, name=f"proba{t}") for t in range(NM))
         fetching = Signal()  # a read of top-K probabilities into `probas` runs
         fetched_ahead = Signal()  # it was started before the request's DRAFT_PROBAS
@@ -334,16 +335,14 @@ class PersistentEngine(wiring.Component):
         # Every local above, for the states of each command (functions below the class).
         c = SimpleNamespace(**{name: value for name, value in locals().items()
                                if name not in ("self", "platform", "m")})
-        # req_to_token[pool, seq_len] of the batch row being read (begin_round's and
-        # build_verify's table runs)
-        c.table_row = table_address(m, p, cfg, pool=pool_rd.data, offset=seq_rd.data,
-                                    name="table_row")
         # The watchdog: clocks left to the command in flight (docs/engine.md, "The watchdog")
         remaining = Signal(range(p.watchdog_cycles + 1))
         expired = Signal()  # remaining reached 0 a clock ago
         limit = Mux(cfg.watchdog_cycles != 0, cfg.watchdog_cycles, p.watchdog_cycles)
         # The commands that are components of their own, started and finished by the
         # sequencer (docs/engine.md, "The hardware").
+        begin = kernel("begin_round", BeginRound(p))
+        link_begin_round(m, begin, self.command.payload, c)
         read_state = kernel("read_state", ReadState(p))
         link_read_state(m, read_state, self.command.payload, c)
         load_tree = kernel("load_tree", LoadTree(p))
@@ -353,7 +352,8 @@ class PersistentEngine(wiring.Component):
         with m.FSM(name="sequencer") as sequencer:
             with m.State("IDLE"):
                 m.d.comb += self.command.ready.eq(1)
-                for component, opcode in ((read_state, Opcode.READ_STATE),
+                for component, opcode in ((begin, Opcode.BEGIN_ROUND),
+                                          (read_state, Opcode.READ_STATE),
                                           (load_tree, Opcode.LOAD_TREE),
                                           (build, Opcode.BUILD_VERIFY)):
                     m.d.comb += component.start.valid.eq(
@@ -362,11 +362,11 @@ class PersistentEngine(wiring.Component):
                     m.d.sync += [cmd.eq(self.command.payload), status.eq(Status.OK),
                                  fetched_ahead.eq(0),
                                  stop_reason.eq(0), next_width.eq(0), b.eq(0), i.eq(0),
-                                 j.eq(0), slot_seen.eq(0), bad_slot.eq(0),
+                                 j.eq(0),
                                  bad_argument.eq(0), remaining.eq(limit), expired.eq(0)]
                     with m.Switch(self.command.payload.opcode):
                         with m.Case(Opcode.BEGIN_ROUND):
-                            m.next = "BEGIN_CHECK"
+                            m.next = "BEGIN_ROUND"
                         with m.Case(Opcode.DRAFT_DEPTH):
                             m.next = "DRAFT_CHECK"
                         with m.Case(Opcode.BUILD_VERIFY):
@@ -381,7 +381,19 @@ class PersistentEngine(wiring.Component):
                             m.d.sync += status.eq(Status.BAD_ARGUMENT)
                             m.next = "COMPLETE"
 
-            begin_round_states(m, c)
+            with m.State("BEGIN_ROUND"):
+                drive_begin_round(m, begin, c)
+                m.d.comb += begin.done.ready.eq(1)
+                with m.If(begin.done.valid):
+                    m.d.sync += status.eq(begin.done.payload.status)
+                    with m.If(begin.done.payload.status == Status.OK):
+                        m.d.sync += [phase.eq(Phase.DRAFTING), batch.eq(cmd.batch_size),
+                                     in_round.eq(begin.done.payload.slots), bank.eq(~bank),
+                                     depths_run.eq(0), verify_num.eq(cmd.verify_num),
+                                     depths.eq(cmd.depths), depth.eq(1), width.eq(1),
+                                     input_count.eq(1), cumu_count.eq(1), cumu_last.eq(0)]
+                    m.next = "COMPLETE"
+
             draft_depth_states(m, c)
             verify_states(m, c)
             with m.State("BUILD_VERIFY"):
@@ -415,7 +427,13 @@ class PersistentEngine(wiring.Component):
             with m.State("WATCHDOG_SAVE"):
                 # The command was cut off (its kernels reset): the round in flight ends
                 # where its last completed command left it.
-                with m.If(save_round(m, c)):
+                m.d.comb += [slot_rd.addr.eq(row(b)), seq_rd.addr.eq(row(b)),
+                             pool_rd.addr.eq(row(b))]
+                with m.If(save_slot_rows(m, index=b, step=j, batch=batch, slot=slot_rd.data,
+                                         seq_len=seq_rd.data, pool=pool_rd.data, phase=phase,
+                                         cumu_count=cumu_count, info_at=info_wr.addr,
+                                         info_write=info_wr.data, info_en=info_wr.en,
+                                         saved_slot=saving_slot, saved_en=saving)):
                     m.d.sync += [phase.eq(Phase.IDLE), in_round.eq(0),
                                  status.eq(Status.WATCHDOG), b.eq(0), j.eq(0)]
                     m.next = "COMPLETE"

@@ -19,10 +19,29 @@ from .memory_ports import writer_control_signature
 from .records import NODE, STATE
 from .runs import finish, idle_state
 
-__all__ = ["ReadState", "slot_info_layout"]
+__all__ = ["ReadState", "slot_info_layout", "save_slot_rows"]
 
 #: What a slot's last round left (the engine's ``slot_info`` memory, a row per slot).
 slot_info_layout = data.StructLayout({"phase": 2, "seq_len": 32, "pool": 32, "cumu_count": 32})
+
+
+def save_slot_rows(m, *, index, step, batch, slot, seq_len, pool, phase, cumu_count, info_at,
+                   info_write, info_en, saved_slot, saved_en):
+    """Save the round in flight (its ``phase``, ``batch`` and ``cumu_count``) into
+    ``slot_info``, which ``read_state`` reports for a slot outside the round in flight: batch
+    row ``index`` after row, two clocks a row (``step`` 0, then 1: the caller reads the row's
+    ``slot``, ``seq_len`` and ``pool`` at ``index`` in the round's bank, a clock later they are
+    here). ``info_*`` write the slot's row; ``saved_*`` mark the slot as having one. Returns
+    whether every row is saved (``index == batch``); the caller moves on then."""
+    done = index == batch
+    with m.If(~done & (step == 0)):
+        m.d.sync += step.eq(1)
+    with m.Elif(~done):
+        m.d.comb += [info_at.eq(slot), info_en.eq(1), info_write.phase.eq(phase),
+                     info_write.seq_len.eq(seq_len), info_write.pool.eq(pool),
+                     info_write.cumu_count.eq(cumu_count), saved_slot.eq(slot), saved_en.eq(1)]
+        m.d.sync += [index.eq(index + 1), step.eq(0)]
+    return done
 
 
 class ReadState(wiring.Component):
