@@ -34,6 +34,8 @@ __all__ = ["read_port_signature", "write_port_signature", "WordReader", "WordWri
            "reader_control_signature", "writer_control_signature", "feed_reader", "drive_reader",
            "feed_writer", "drive_writer"]
 
+#: Beats a ``WordWriter`` holds whose address or data the slave has not taken.
+WRITE_AHEAD = 4
 #: Width of every port counter (2**48 bytes at 300 MHz is about nine days of traffic).
 COUNTER_BITS = 48
 
@@ -362,25 +364,25 @@ class WordWriter(wiring.Component):
 
         words_left = _Countdown(self._max_words, name="words_left")  # words not yet taken
         responses_left = Signal(range(self._max_words + 2))  # bursts without a response
-        beat = Signal(32 * lanes)
-        strobe = Signal(lanes)
-        address = Signal.like(aw.payload.address)
-        aw_pending = Signal()
-        w_pending = Signal()
+        address = Signal.like(aw.payload.address)  # the next beat's
         run = _RunStart(m, self, lanes)
+        # A beat's address and its data wait in queues of their own: the next beats' addresses
+        # go out while a beat's data waits for the slave (which may take a burst's data only
+        # after its address).
+        m.submodules.addresses = addresses = SyncFIFO(width=len(address), depth=WRITE_AHEAD)
+        m.submodules.beats = beats = SyncFIFO(width=33 * lanes, depth=WRITE_AHEAD)
+        strobe = beats.r_data[32 * lanes:]
 
-        m.d.comb += [aw.valid.eq(aw_pending), w.valid.eq(w_pending),
-                     aw.payload.length.eq(0), aw.payload.burst.eq(Burst.INCR),
-                     w.payload.data.eq(beat), w.payload.last.eq(1),
-                     w.payload.strobe.eq(Cat(s.replicate(4) for s in strobe)),
+        m.d.comb += [aw.valid.eq(addresses.r_rdy), aw.payload.address.eq(addresses.r_data),
+                     addresses.r_en.eq(aw.ready), w.valid.eq(beats.r_rdy),
+                     beats.r_en.eq(w.ready), aw.payload.length.eq(0),
+                     aw.payload.burst.eq(Burst.INCR),
+                     w.payload.data.eq(beats.r_data[:32 * lanes]), w.payload.last.eq(1),
+                     w.payload.strobe.eq(Cat(strobe[k].replicate(4) for k in range(lanes))),
                      b.ready.eq(1),
                      self.busy.eq(run.pending | words_left.nonzero | ~packer.empty
                                   | (responses_left != 0)),
                      self.can_start.eq(~run.pending & ~words_left.nonzero & packer.empty)]
-        with m.If(aw.valid & aw.ready):
-            m.d.sync += aw_pending.eq(0)
-        with m.If(w.valid & w.ready):
-            m.d.sync += w_pending.eq(0)
         responded = b.valid & b.ready
         with m.If(responded):
             with m.If(b.payload.resp != 0):
@@ -401,12 +403,13 @@ class WordWriter(wiring.Component):
         # Whole beats out of the packer (the run's last one flushed) onto both channels.
         sent = Signal()
         m.d.comb += [packer.flush.eq(~words_left.nonzero & ~run.pending),
-                     packer.o.ready.eq((~aw_pending | aw.ready) & (~w_pending | w.ready)),
-                     sent.eq(packer.o.valid & packer.o.ready)]
+                     packer.o.ready.eq(addresses.w_rdy & beats.w_rdy),
+                     sent.eq(packer.o.valid & packer.o.ready),
+                     addresses.w_data.eq(address), addresses.w_en.eq(sent),
+                     beats.w_data.eq(Cat(packer.o.payload.data, packer.enables)),
+                     beats.w_en.eq(sent)]
         with m.If(sent):
-            m.d.sync += [aw_pending.eq(1), w_pending.eq(1), aw.payload.address.eq(address),
-                         address.eq(address + port_bytes), beat.eq(packer.o.payload.data),
-                         strobe.eq(packer.enables)]
+            m.d.sync += address.eq(address + port_bytes)
         m.d.sync += responses_left.eq(responses_left + sent - responded)
 
         with m.If(self.start):
