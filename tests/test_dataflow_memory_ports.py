@@ -131,11 +131,12 @@ def test_busy_from_the_clock_after_start(count):
                                    memory.serve_write(writer.port, 128)])
 
 
-def _queued_runs(port_bits, in_flight, *, latency, stall, seed):
-    """Read 10 runs with a reader that holds ``in_flight`` runs, each started as soon as
-    ``can_start`` allows, the words taken a group at a time under random back-pressure
-    (``stall``). Returns the runs, the groups taken (a list of word lists) and the clocks."""
-    reader = WordReader(address_width=20, port_bits=port_bits, max_words=40, runs=in_flight)
+def _queued_runs(port_bits, *, one_at_a_time, latency, stall, seed):
+    """Read 10 runs with a reader that queues three, each started as soon as ``can_start``
+    allows (``one_at_a_time``: and ``busy`` is low), the words taken a group at a time under
+    random back-pressure (``stall``). Returns the runs, the groups taken (a list of word
+    lists), the memory and the clocks."""
+    reader = WordReader(address_width=20, port_bits=port_bits, max_words=40, runs=3)
     memory = CardMemory(1 << 12, seed=seed, latency=latency)
     rng = random.Random(seed)
     memory.write_words(0, np.array([rng.getrandbits(32) for _ in range(256)], np.int64))
@@ -144,7 +145,7 @@ def _queued_runs(port_bits, in_flight, *, latency, stall, seed):
 
     async def starter(ctx):
         for first, count in runs:
-            while not ctx.get(reader.can_start):
+            while not ctx.get(reader.can_start) or (one_at_a_time and ctx.get(reader.busy)):
                 await ctx.tick()
             ctx.set(reader.start, 1)
             ctx.set(reader.address, 4 * first)
@@ -169,11 +170,11 @@ def _queued_runs(port_bits, in_flight, *, latency, stall, seed):
 
 @pytest.mark.parametrize("port_bits,stall", [(32, 0.0), (64, 0.3), (256, 0.0), (256, 0.5)])
 def test_reader_queues_runs(port_bits, stall):
-    """Runs started while the words of the runs before still stream out (three in flight)
-    leave in the order they started, every word once, no group holding words of two runs; at
-    a fixed latency of 16 clocks they take fewer clocks than one run at a time."""
-    runs, groups, memory, queued = _queued_runs(port_bits, 3, latency=(16, 16), stall=stall,
-                                                seed=port_bits)
+    """Runs started while the words of the runs before still stream out leave in the order
+    they started, every word once, no group holding words of two runs; at a fixed latency of
+    16 clocks they take fewer clocks than one run at a time."""
+    runs, groups, memory, queued = _queued_runs(port_bits, one_at_a_time=False,
+                                                latency=(16, 16), stall=stall, seed=port_bits)
     words = iter(word for group in groups for word in group)
     for first, count in runs:
         expected = memory.read_words(4 * first, count) & 0xFFFF_FFFF
@@ -188,7 +189,8 @@ def test_reader_queues_runs(port_bits, stall):
         end = min(boundary for boundary in boundaries if boundary > total)
         assert total + len(group) <= end
         total += len(group)
-    *_, one_at_a_time = _queued_runs(port_bits, 1, latency=(16, 16), stall=stall, seed=port_bits)
+    *_, one_at_a_time = _queued_runs(port_bits, one_at_a_time=True, latency=(16, 16),
+                                     stall=stall, seed=port_bits)
     assert queued < one_at_a_time
 
 

@@ -19,9 +19,9 @@ the width policy, the fused verify (``TreeVerify``), K7 (``VerifyResult``) and t
 ``read_state``, ``load_tree`` and ``build_verify`` are components of their own
 (``BeginRound``, ``ReadState``, ``LoadTree``, ``BuildVerify``), started and finished by the
 sequencer and linked to what they share in ``command_links``; ``draft_depth``
-(``draft_states``) and ``verify`` are still states of the sequencer. The build parameters are ``params.EngineParams``. Commands
-are checked before they touch anything: a bad command completes with an error ``Status`` and
-changes no state.
+(``draft_states``) and ``verify`` are still states of the sequencer. The build parameters
+are ``params.EngineParams``. Commands are checked before they touch anything: a bad command
+completes with an error ``Status`` and changes no state.
 
 Memory formats, command and completion fields: docs/engine.md; choices: docs/decisions.md,
 "Engine hardware".
@@ -152,7 +152,8 @@ class PersistentEngine(wiring.Component):
         lanes = p.port_bits // 32  # words of a memory port's beat
         port_args = dict(address_width=p.address_width, port_bits=p.port_bits,
                          max_words=p.max_run_words)
-        # the sequencer's reader, up to four runs in flight (build_verify's table rows)
+        # the sequencer's reader: up to four runs wait behind the one streaming out
+        # (build_verify's table rows)
         reader = kernel("reader", WordReader(**port_args, runs=4))
         # draft_depth's top-K probabilities, read beside the other runs (docs/engine.md)
         proba_reader = kernel("proba_reader", WordReader(**port_args))

@@ -155,10 +155,11 @@ def _check_port(address_width, port_bits):
 class WordReader(wiring.Component):
     """Read runs of 32-bit words from memory and stream them out, one word per clock.
 
-    Up to ``runs`` runs are in flight: a run may start once the one before has issued all
-    its bursts, so its memory latency passes while the words before it stream out. The words
-    leave run after run, in the order the runs started; a user that starts a run before the
-    one before has ended counts its words (a ``group`` never holds words of two runs).
+    Runs follow one another without waiting for memory: a run may start once the one before
+    has issued all its bursts (and fewer than ``runs`` wait behind the one whose words are
+    streaming out), so its memory latency passes while the words before it stream out. The
+    words leave run after run, in the order the runs started; a user that starts a run before
+    the one before has ended counts its words (a ``group`` never holds words of two runs).
 
     Parameters
     ----------
@@ -171,7 +172,7 @@ class WordReader(wiring.Component):
     max_burst : int, a power of two, 1 .. 4096 / (port_bits / 8)
         Most beats per burst.
     runs : int, at least 1
-        Most runs in flight.
+        Most runs waiting behind the one whose words are streaming out.
 
     Members
     -------
@@ -191,8 +192,8 @@ class WordReader(wiring.Component):
     busy : Out(1)
         High from the clock after ``start`` until the last word of every run has left.
     can_start : Out(1)
-        A run may start: every burst of the runs before is issued, fewer than ``runs`` are in
-        flight (with ``runs`` 1: ``busy`` is low).
+        A run may start: every burst of the runs before is issued and fewer than ``runs``
+        wait. A user that starts runs only while ``busy`` is low has one run at a time.
     """
 
     def __init__(self, *, address_width=32, port_bits=256, max_words=1024,
