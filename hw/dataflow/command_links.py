@@ -6,7 +6,9 @@ and writers.
 Per command two functions: ``link_*`` makes the connections that hold whatever the sequencer
 does (the command's fields into ``start.payload``, the round's state and the shared resources'
 outputs into the component's inputs); ``drive_*`` makes those that hold only in the sequencer
-state in which the command runs (the component's outputs onto the shared resources).
+state in which the command runs (the component's outputs onto the shared resources). Their
+reader and writer halves are ``feed_*`` and ``drive_*`` below, on the control signatures
+beside ``WordReader`` and ``WordWriter``.
 ``c`` holds the engine's shared signals, memories and kernels
 (``PersistentEngine.elaborate``).
 """
@@ -14,10 +16,50 @@ state in which the command runs (the component's outputs onto the shared resourc
 from amaranth.lib import wiring
 
 from .commands import ONE_BITS
-from .memory_ports import drive_reader, drive_writer, feed_reader, feed_writer
 
 __all__ = ["link_begin_round", "drive_begin_round", "link_read_state", "drive_read_state",
-           "link_load_tree", "drive_load_tree", "link_build_verify", "drive_build_verify"]
+           "link_load_tree", "drive_load_tree", "link_build_verify", "drive_build_verify",
+           "feed_reader", "drive_reader", "feed_writer", "drive_writer"]
+
+
+def feed_reader(m, control, reader):
+    """What a command's ``reader_control_signature`` reads of a ``WordReader``, whatever
+    the sequencer does."""
+    m.d.comb += [control.words.valid.eq(reader.words.valid),
+                 control.words.payload.eq(reader.words.payload),
+                 control.group.valid.eq(reader.group.valid),
+                 control.group.payload.eq(reader.group.payload),
+                 control.busy.eq(reader.busy), control.can_start.eq(reader.can_start)]
+
+
+def drive_reader(m, control, reader):
+    """A command's ``reader_control_signature`` onto a ``WordReader`` (in the states the
+    command owns the reader)."""
+    m.d.comb += [reader.start.eq(control.start), reader.address.eq(control.address),
+                 reader.count.eq(control.count),
+                 reader.words.ready.eq(control.words.ready),
+                 reader.group.ready.eq(control.group.ready)]
+
+
+def drive_writer(m, control, writer):
+    """A command's ``writer_control_signature`` onto a ``WordWriter`` (in the states the
+    command owns the writer)."""
+    m.d.comb += [writer.start.eq(control.start), writer.address.eq(control.address),
+                 writer.count.eq(control.count),
+                 writer.words.valid.eq(control.words.valid),
+                 writer.words.payload.eq(control.words.payload)]
+    if "group" in control.signature.members:
+        m.d.comb += [writer.group.valid.eq(control.group.valid),
+                     writer.group.payload.eq(control.group.payload)]
+
+
+def feed_writer(m, control, writer):
+    """What a command's ``writer_control_signature`` reads of a ``WordWriter``, whatever
+    the sequencer does."""
+    m.d.comb += [control.busy.eq(writer.busy), control.can_start.eq(writer.can_start),
+                 control.words.ready.eq(writer.words.ready)]
+    if "group" in control.signature.members:
+        m.d.comb += control.group.ready.eq(writer.group.ready)
 
 
 def _feed_host_responses(m, k2_rsp, c):

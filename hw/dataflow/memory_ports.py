@@ -31,8 +31,7 @@ from hw.lib.params import check_int, check_power_of_two, index_bits
 # the modules that import them from here (hw.dataflow.engine, sim.dataflow.memory).
 __all__ = ["read_port_signature", "write_port_signature", "WordReader", "WordWriter",
            "ReadShare", "PortCounters", "COUNTER_BITS", "READ_BURST",
-           "reader_control_signature", "writer_control_signature", "feed_reader", "drive_reader",
-           "feed_writer", "drive_writer"]
+           "reader_control_signature", "writer_control_signature"]
 
 #: Beats a ``WordWriter`` holds whose address or data the slave has not taken.
 WRITE_AHEAD = 4
@@ -105,46 +104,6 @@ def writer_control_signature(address_width: int, max_words: int, group_words: in
     if group_words:
         members["group"] = Out(stream.Signature(group_layout(32, group_words)))
     return wiring.Signature(members)
-
-
-def feed_reader(m, control, reader):
-    """What a command's ``reader_control_signature`` reads of a ``WordReader``, whatever
-    the sequencer does."""
-    m.d.comb += [control.words.valid.eq(reader.words.valid),
-                 control.words.payload.eq(reader.words.payload),
-                 control.group.valid.eq(reader.group.valid),
-                 control.group.payload.eq(reader.group.payload),
-                 control.busy.eq(reader.busy), control.can_start.eq(reader.can_start)]
-
-
-def drive_reader(m, control, reader):
-    """A command's ``reader_control_signature`` onto a ``WordReader`` (in the states the
-    command owns the reader)."""
-    m.d.comb += [reader.start.eq(control.start), reader.address.eq(control.address),
-                 reader.count.eq(control.count),
-                 reader.words.ready.eq(control.words.ready),
-                 reader.group.ready.eq(control.group.ready)]
-
-
-def drive_writer(m, control, writer):
-    """A command's ``writer_control_signature`` onto a ``WordWriter`` (in the states the
-    command owns the writer)."""
-    m.d.comb += [writer.start.eq(control.start), writer.address.eq(control.address),
-                 writer.count.eq(control.count),
-                 writer.words.valid.eq(control.words.valid),
-                 writer.words.payload.eq(control.words.payload)]
-    if "group" in control.signature.members:
-        m.d.comb += [writer.group.valid.eq(control.group.valid),
-                     writer.group.payload.eq(control.group.payload)]
-
-
-def feed_writer(m, control, writer):
-    """What a command's ``writer_control_signature`` reads of a ``WordWriter``, whatever
-    the sequencer does."""
-    m.d.comb += [control.busy.eq(writer.busy), control.can_start.eq(writer.can_start),
-                 control.words.ready.eq(writer.words.ready)]
-    if "group" in control.signature.members:
-        m.d.comb += control.group.ready.eq(writer.group.ready)
 
 
 def _check_port(address_width, port_bits):
