@@ -327,6 +327,7 @@ def test_reader_bursts_stay_in_their_blocks(port_bits, max_burst):
 @pytest.mark.parametrize("make,name", [
     (lambda: WordReader(port_bits=256, max_burst=256), "max_burst"),
     (lambda: WordReader(max_burst=3), "max_burst"),
+    (lambda: WordReader(runs=0), "runs"),
     (lambda: ReadShare(masters=1), "masters"),
     (lambda: ReadShare(outstanding=6), "outstanding"),
     (lambda: WordWriter(group_words=0), "group_words")])
