@@ -1,7 +1,7 @@
 """How the engine's sequencer links the commands that are components of their own
-(``BeginRound``, ``ReadState``, ``LoadTree``, ``BuildVerify``) to what they share: the
-command's fields, the round's state and memories, K2's host port and the memory ports' readers
-and writers.
+(``BeginRound``, ``DraftDepth``, ``ReadState``, ``LoadTree``, ``BuildVerify``) to what they
+share: the command's fields, the round's state and memories, K2's host port and the memory
+ports' readers and writers.
 
 Per command two functions: ``link_*`` makes the connections that hold whatever the sequencer
 does (the command's fields into ``start.payload``, the round's state and the shared resources'
@@ -15,10 +15,9 @@ beside ``WordReader`` and ``WordWriter``.
 
 from amaranth.lib import wiring
 
-from .commands import ONE_BITS
-
 __all__ = ["link_begin_round", "drive_begin_round", "link_read_state", "drive_read_state",
-           "link_load_tree", "drive_load_tree", "link_build_verify", "drive_build_verify",
+           "link_load_tree", "drive_load_tree", "link_draft_depth", "drive_draft_depth",
+           "link_build_verify", "drive_build_verify",
            "feed_reader", "drive_reader", "feed_writer", "drive_writer"]
 
 
@@ -119,14 +118,44 @@ def drive_begin_round(m, begin, c):
                  c.saving.eq(begin.saved_en), c.slot_row_wr.addr.eq(begin.slot_row_at),
                  c.slot_row_wr.data.eq(begin.slot_row_write),
                  c.slot_row_wr.en.eq(begin.slot_row_en)]
-    frontier = begin.frontier_at * c.WM
-    for memory, value in ((c.fscore_wr, ONE_BITS), (c.fnode_wr, 0), (c.fmask_wr, 0)):
-        m.d.comb += [memory.addr.eq(frontier), memory.data.eq(value),
-                     memory.en.eq(begin.frontier_en)]
+    m.d.comb += [c.draft.root_at.eq(begin.frontier_at), c.draft.root_en.eq(begin.frontier_en)]
     wiring.connect(m, begin.k2_cmd, c.host_cmd)
     m.d.comb += c.k2.host_rsp.ready.eq(1)
     drive_reader(m, begin.reader, c.reader)
     drive_writer(m, begin.table, c.twriter)
+
+
+def link_draft_depth(m, draft, command, c):
+    """``draft_depth``: the width override and three addresses of ``command``; the round's
+    state, the batch rows' data, the reader's, result writer's and K2's outputs. K2's
+    requests are ``draft_depth``'s alone: connected here for good."""
+    start = draft.start.payload
+    m.d.comb += [start.width_given.eq(command.width_given), start.width.eq(command.width),
+                 start.probas.eq(command.address0), start.tokens.eq(command.address1),
+                 start.frontier.eq(command.address2),
+                 draft.phase.eq(c.phase), draft.stop_kind.eq(c.stop_kind),
+                 draft.batch.eq(c.batch), draft.width.eq(c.width), draft.depth.eq(c.depth),
+                 draft.depths.eq(c.depths), draft.input_count.eq(c.input_count),
+                 draft.cumu_count.eq(c.cumu_count), draft.verify_num.eq(c.verify_num),
+                 draft.config.eq(c.cfg), draft.slot.eq(c.slot_rd.data),
+                 draft.seq_len.eq(c.seq_rd.data), draft.kv.eq(c.kv_rd.data),
+                 draft.host_idle.eq(c.host_idle)]
+    wiring.connect(m, draft.k2_req, c.k2.req)
+    wiring.connect(m, c.k2.done, draft.k2_done)
+    _feed_host_responses(m, draft.k2_rsp, c)
+    feed_reader(m, draft.reader, c.reader)
+    feed_writer(m, draft.results, c.rwriter)
+
+
+def drive_draft_depth(m, draft, c):
+    """``draft_depth`` runs: the batch row it names addressed in the round's bank; the
+    reader, the result writer and K2's host port are its."""
+    row = c.row(draft.row_at)
+    m.d.comb += [c.slot_rd.addr.eq(row), c.seq_rd.addr.eq(row),
+                 c.kv_rd.addr.eq(c.kv_row(draft.row_at, draft.kv_slot))]
+    _drive_host_port(m, draft, c)
+    drive_reader(m, draft.reader, c.reader)
+    drive_writer(m, draft.results, c.rwriter)
 
 
 def link_read_state(m, read_state, command, c):

@@ -36,11 +36,9 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.kernels.active_slots import ActiveSlots
-from hw.kernels.score_sort import ScoreSortPipeline
 from hw.kernels.tree_verify import TreeVerify
 from hw.kernels.update_state import UpdateCumuDraftState
 from hw.kernels.verify_result import VerifyResult
-from hw.kernels.work_deltas import WorkDeltas
 from hw.lib.stream import RegisterSlice
 
 from .begin_round import BeginRound
@@ -48,10 +46,12 @@ from .build_verify import BuildVerify
 from .command_links import (
     drive_begin_round,
     drive_build_verify,
+    drive_draft_depth,
     drive_load_tree,
     drive_read_state,
     link_begin_round,
     link_build_verify,
+    link_draft_depth,
     link_load_tree,
     link_read_state,
 )
@@ -64,7 +64,7 @@ from .commands import (
     StopReason,
     clamp_verify_num,
 )
-from .draft_states import draft_depth_states
+from .draft_depth import DraftDepth
 from .load_tree import LoadTree, verify_tree_layout
 from .memory_ports import (
     PortCounters,
@@ -75,7 +75,6 @@ from .memory_ports import (
     write_port_signature,
 )
 from .params import EngineParams, counter_layout
-from .proba_fetch import store_fetched_probas
 from .read_state import ReadState, save_slot_rows, slot_info_layout
 from .verify import verify_states
 from .word_banks import WordBanks
@@ -140,7 +139,6 @@ class PersistentEngine(wiring.Component):
             m.submodules[name] = ResetInserter(abort)(component)
             return component
 
-        k1 = kernel("k1", ScoreSortPipeline(**asdict(p.k1)))
         k2 = kernel("k2", UpdateCumuDraftState(**asdict(p.k2)))
         # The sequencer's commands to K2's host port pass a register slice: its state decode
         # and K2's address and write-enable logic behind it do not fit one clock together.
@@ -148,15 +146,12 @@ class PersistentEngine(wiring.Component):
         wiring.connect(m, host_slice.o, k2.host_cmd)
         host_cmd = host_slice.i
         host_idle = ~host_slice.o.valid & host_slice.i.ready  # no command waits for K2
-        k3 = kernel("k3", WorkDeltas(**asdict(p.k3)))
         lanes = p.port_bits // 32  # words of a memory port's beat
         port_args = dict(address_width=p.address_width, port_bits=p.port_bits,
                          max_words=p.max_run_words)
         # the sequencer's reader: up to four runs wait behind the one streaming out
         # (build_verify's table rows)
         reader = kernel("reader", WordReader(**port_args, runs=4))
-        # draft_depth's top-K probabilities, read beside the other runs (docs/engine.md)
-        proba_reader = kernel("proba_reader", WordReader(**port_args))
         read_share = kernel("read_share", ReadShare(address_width=p.address_width,
                                                     port_bits=p.port_bits))
         # a frontier or tree record a transfer, or the rest of a read beat (kv_indices' table
@@ -165,8 +160,10 @@ class PersistentEngine(wiring.Component):
                                                      group_words=p.result_group_words))
         mwriter = kernel("mask_writer", WordWriter(**port_args))
         twriter = kernel("table_writer", WordWriter(**port_args, group_words=lanes))
+        # draft_depth: K1, K3 and the top-K probabilities' reader beside the sequencer's
+        draft = kernel("draft_depth", DraftDepth(p))
         wiring.connect(m, reader.port, read_share.masters[0])
-        wiring.connect(m, proba_reader.port, read_share.masters[1])
+        wiring.connect(m, draft.probas_port, read_share.masters[1])
         wiring.connect(m, read_share.port, wiring.flipped(self.read))
         wiring.connect(m, rwriter.port, wiring.flipped(self.result_write))
         wiring.connect(m, twriter.port, wiring.flipped(self.table_write))
@@ -178,7 +175,7 @@ class PersistentEngine(wiring.Component):
             wiring.connect(m, tv.read[port], wiring.flipped(self.logits[port]))
         tv_busy = Signal()  # the fused verify has a request in flight
         # (port, its data beats' channel, busy, bits per beat) in `port_names` order
-        counted = {"read": (self.read.r, reader.busy | proba_reader.busy, p.port_bits),
+        counted = {"read": (self.read.r, reader.busy | draft.probas_busy, p.port_bits),
                    "result_write": (self.result_write.w, rwriter.busy, p.port_bits),
                    "mask_write": (self.mask_write.w, mwriter.busy, p.port_bits),
                    "table_write": (self.table_write.w, twriter.busy, p.port_bits),
@@ -206,14 +203,6 @@ class PersistentEngine(wiring.Component):
         pool_rd, pool_wr = memory("batch_pool", 32, 2 * MAXB)
         kv_rd, kv_wr = memory("batch_kv_slots", 32, 2 * MAXB * p.kv_slots)
         root_rd, root_wr = memory("batch_root", 32, MAXB)
-        fscore_rd, fscore_wr = memory("frontier_score", 32, MAXB * WM)
-        fnode_rd, fnode_wr = memory("frontier_node", 32, MAXB * WM)
-        fmask_rd, fmask_wr = memory("frontier_mask", max(1, MI), MAXB * WM)
-        # the depth's tokens, b * n + x, written a read beat a clock
-        tokens = m.submodules.draft_tokens = WordBanks(depth=MAXB * NM, lanes=lanes)
-        token_at = Signal(range(MAXB * NM + lanes))
-        cache_rd, cache_wr = memory("k1_cache", data.ArrayLayout(32, K), MAXB)
-        parent_rd, parent_wr = memory("k1_parents", data.ArrayLayout(k1.parent_width, K), MAXB)
         pool_seen_rd, pool_seen_wr = memory("pool_seen", 1, p.max_pool_rows)
         # the verify KV slots, stored and copied out a read beat a clock (and K7's copy)
         locs = m.submodules.verify_cache_locs = WordBanks(depth=MAXB * MAXV, lanes=lanes)
@@ -266,25 +255,16 @@ class PersistentEngine(wiring.Component):
         # register: no subtraction's carry chain in front of the counters' next-state logic).
         # Signed, so that a zero count's -1 matches no counter.
         cumu_last = Signal(range(-1, MAXN + NM), init=-1)  # cumu_count - 1
-        n_last = Signal(range(-1, NM), init=-1)  # n - 1
         vn_last = Signal(range(-1, MAXV), init=-1)  # vn - 1
         request_last = Signal(range(-1, p.verify_request_words + MAXV),  # words of a verify
                               init=p.verify_request_words - 1)  # request record, less one
-        ws_last = Signal(range(-1, MAXV + K), init=-1)  # ws0 + K - 1: K3's scores per row, less one
 
         b = Signal(range(MAXB + 2))  # request of the batch (up to B + 1: the indptrs' entries)
         # the largest loop bound of the commands (a full tree's nodes and both score rows)
         elements = max(R, NM, MAXV + K, WM * F, MAXN + 2 * MAXV + K)
         i = Signal(range(elements + 2))  # element within it
         j = Signal(range(elements + 2))  # second element counter
-        n = Signal(range(NM + 1))  # N = W*K
         bad_argument = Signal()
-        probas = Array(Signal(32, name=f"proba{t}") for t in range(NM))
-        fetching = Signal()  # a read of top-K probabilities into `probas` runs
-        fetched_ahead = Signal()  # it was started before the request's DRAFT_PROBAS
-        proba_index = Signal(range(NM + 1))
-        parent_scores = Array(Signal(32, name=f"parent_score{w}") for w in range(WM))
-        result = Signal(k1.result_layout)
         vn = Signal(range(MAXV + 1))  # n, the verify-set size
         verify_nodes = Signal(range(MAXB * MAXV + 1))  # batch * vn, a clock behind vn
         rsp_x = Signal(range(MAXN + 1))  # node answers forwarded in the current request
@@ -324,14 +304,6 @@ class PersistentEngine(wiring.Component):
 
         # Memories are read a clock ahead: by default the batch row ``b``'s slot.
         m.d.comb += slot_rd.addr.eq(row(b))
-        m.d.comb += [
-            k2.req.payload.slot.eq(slot_rd.data),
-            k2.req.payload.tree_width.eq(width),
-            k2.req.payload.input_count.eq(input_count),
-            k2.req.payload.cumu_count.eq(cumu_count),
-            k2.req.payload.verify_num.eq(verify_num),
-            k2.req.payload.curr_depth.eq(depth),
-        ]
 
         # Every local above, for the states of each command (functions below the class).
         c = SimpleNamespace(**{name: value for name, value in locals().items()
@@ -350,18 +322,19 @@ class PersistentEngine(wiring.Component):
         link_load_tree(m, load_tree, self.command.payload, c)
         build = kernel("build_verify", BuildVerify(p))
         link_build_verify(m, build, self.command.payload, c)
+        link_draft_depth(m, draft, self.command.payload, c)
         with m.FSM(name="sequencer") as sequencer:
             with m.State("IDLE"):
                 m.d.comb += self.command.ready.eq(1)
                 for component, opcode in ((begin, Opcode.BEGIN_ROUND),
                                           (read_state, Opcode.READ_STATE),
                                           (load_tree, Opcode.LOAD_TREE),
-                                          (build, Opcode.BUILD_VERIFY)):
+                                          (build, Opcode.BUILD_VERIFY),
+                                          (draft, Opcode.DRAFT_DEPTH)):
                     m.d.comb += component.start.valid.eq(
                         self.command.valid & (self.command.payload.opcode == opcode))
                 with m.If(self.command.valid):
                     m.d.sync += [cmd.eq(self.command.payload), status.eq(Status.OK),
-                                 fetched_ahead.eq(0),
                                  stop_reason.eq(0), next_width.eq(0), b.eq(0), i.eq(0),
                                  j.eq(0),
                                  bad_argument.eq(0), remaining.eq(limit), expired.eq(0)]
@@ -369,7 +342,7 @@ class PersistentEngine(wiring.Component):
                         with m.Case(Opcode.BEGIN_ROUND):
                             m.next = "BEGIN_ROUND"
                         with m.Case(Opcode.DRAFT_DEPTH):
-                            m.next = "DRAFT_CHECK"
+                            m.next = "DRAFT_DEPTH"
                         with m.Case(Opcode.BUILD_VERIFY):
                             m.next = "BUILD_VERIFY"
                         with m.Case(Opcode.VERIFY):
@@ -395,7 +368,25 @@ class PersistentEngine(wiring.Component):
                                      input_count.eq(1), cumu_count.eq(1), cumu_last.eq(0)]
                     m.next = "COMPLETE"
 
-            draft_depth_states(m, c)
+            with m.State("DRAFT_DEPTH"):
+                drive_draft_depth(m, draft, c)
+                m.d.comb += draft.done.ready.eq(1)
+                with m.If(draft.done.valid):
+                    done = draft.done.payload
+                    m.d.sync += [status.eq(done.status), next_width.eq(done.next_width),
+                                 stop_reason.eq(done.stop_reason)]
+                    with m.If(done.depth_run):
+                        m.d.sync += depths_run.eq(depths_run + 1)
+                    with m.If(done.grown):
+                        m.d.sync += [cumu_count.eq(cumu_count + done.nodes),
+                                     cumu_last.eq(cumu_count + done.nodes - 1)]
+                        with m.If(done.stop_reason != StopReason.NONE):
+                            m.d.sync += [phase.eq(Phase.DRAFTED), stop_kind.eq(done.stop_reason)]
+                        with m.Else():
+                            m.d.sync += [width.eq(done.next_width), depth.eq(depth + 1),
+                                         input_count.eq(input_count + done.next_width)]
+                    m.next = "COMPLETE"
+
             verify_states(m, c)
             with m.State("BUILD_VERIFY"):
                 drive_build_verify(m, build, c)
@@ -449,7 +440,6 @@ class PersistentEngine(wiring.Component):
                 with m.If(self.completion.ready):
                     m.next = "IDLE"
 
-        store_fetched_probas(m, c)
         waiting = sequencer.ongoing("IDLE") | sequencer.ongoing("COMPLETE") \
             | sequencer.ongoing("WATCHDOG_SAVE")
         m.d.sync += abort.eq(0)
