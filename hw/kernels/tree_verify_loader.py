@@ -13,9 +13,9 @@ Order of logits: a total order on non-NaN float32 with ``-0.0 == +0.0``; NaN cou
 """
 
 import math
-from types import SimpleNamespace
+from typing import NamedTuple
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -25,7 +25,7 @@ from hw.lib.float32 import float32_fields
 from hw.lib.params import check_choice, check_int, check_power_of_two
 from hw.lib.pipeline import stage
 
-__all__ = ["RowLoader", "merge_peaks", "merge_latency"]
+__all__ = ["RowLoader", "Peak", "merge_peaks", "merge_latency"]
 
 NEG_INF = 0xFF80_0000
 _KEY_NEG_INF = 0x0080_0000  # order key of -inf, the least key of any logit
@@ -57,9 +57,35 @@ def _better(later, earlier):
     return later.key > earlier.key
 
 
+class _Candidate(NamedTuple):
+    """An entry of a compare tree: its order key (``_order_key``), the sign of a zero, and
+    where it is (a lane, an offset in the bank or a token index)."""
+
+    key: Value
+    negative_zero: Value
+    place: Value
+
+
+class _Beat(NamedTuple):
+    """A read beat accepted into the bank: ``valid``, its ``data``."""
+
+    valid: Value
+    data: Value
+
+
+class Peak(NamedTuple):
+    """A row's (or a chunk's) maximum: the ``peak`` logit's bits, its ``peak_index``,
+    ``has_valid`` (a logit of the row was seen) and ``nan`` (one was NaN)."""
+
+    peak: Value
+    peak_index: Value
+    has_valid: Value
+    nan: Value
+
+
 def _register(m, candidate, name):
-    return SimpleNamespace(**{field: stage(m, _ALWAYS, value, name=f"{name}_{field}")
-                              for field, value in vars(candidate).items()})
+    return _Candidate(*(stage(m, _ALWAYS, value, name=f"{name}_{field}")
+                        for field, value in zip(_Candidate._fields, candidate, strict=True)))
 
 
 class RowLoader(wiring.Component):
@@ -229,7 +255,7 @@ class RowLoader(wiring.Component):
             m.d.sync += [index.eq(index + 1), self.beats.eq(self.beats + 1)]
         with m.If(self.start):
             m.d.sync += index.eq(0)
-        return SimpleNamespace(valid=r.valid, data=r.payload.data)
+        return _Beat(valid=r.valid, data=r.payload.data)
 
     def _maximum(self, m, beat):
         """The running maximum: input register, keys, compare tree, fold, results."""
@@ -264,8 +290,8 @@ class RowLoader(wiring.Component):
             raw = s0_data[lane * self.logit_bits:(lane + 1) * self.logit_bits]
             bits = raw if self.logit_bits == 32 else Cat(Const(0, 16), raw)
             key, negative_zero = _order_key(bits, s0_lanes[lane])
-            candidates.append(_register(m, SimpleNamespace(
-                key=key, negative_zero=negative_zero, lane=Const(0, 0)), f"s1_lane{lane}"))
+            candidates.append(_register(m, _Candidate(
+                key=key, negative_zero=negative_zero, place=Const(0, 0)), f"s1_lane{lane}"))
             nans.append(s0_lanes[lane] & float32_fields(bits).is_nan)
         s1_nan = stage(m, _ALWAYS, Cat(nans), name="s1_nan")
         beat_flag = stage(m, _ALWAYS, s0_beat, name="s1_beat")
@@ -276,17 +302,17 @@ class RowLoader(wiring.Component):
             candidates = []
             for position, (left, right) in enumerate(pairs):
                 right_wins = _better(right, left)
-                candidates.append(_register(m, SimpleNamespace(
+                candidates.append(_register(m, _Candidate(
                     key=Mux(right_wins, right.key, left.key),
                     negative_zero=Mux(right_wins, right.negative_zero, left.negative_zero),
-                    lane=Cat(Mux(right_wins, right.lane, left.lane), right_wins)),
+                    place=Cat(Mux(right_wins, right.place, left.place), right_wins)),
                     f"t{level}_{position}"))
             beat_flag = stage(m, _ALWAYS, beat_flag, name=f"t{level}_beat")
         (word_best,) = candidates
 
         # The fold: the running best over the words so far, a word counter for its index.
-        best = SimpleNamespace(key=Signal(32), negative_zero=Signal(),
-                               offset=Signal(range(self.depth * lanes)))
+        best = _Candidate(key=Signal(32), negative_zero=Signal(),
+                          place=Signal(range(self.depth * lanes)))  # offset in the bank
         nan = Signal()
         word = Signal(range(self.depth + 1))
         last_word = Signal(range(self.depth))
@@ -304,7 +330,7 @@ class RowLoader(wiring.Component):
                 with m.If(_better(word_best, best)):
                     m.d.sync += [best.key.eq(word_best.key),
                                  best.negative_zero.eq(word_best.negative_zero),
-                                 best.offset.eq(Cat(word_best.lane, word))]
+                                 best.place.eq(Cat(word_best.place, word))]
 
         # Results, registered with ``done``; a chunk of no words finishes at once.
         m.d.sync += self.done.eq(0)
@@ -318,7 +344,7 @@ class RowLoader(wiring.Component):
             m.d.sync += [
                 self.busy.eq(0), self.done.eq(1),
                 self.peak.eq(_key_to_float(best.key, best.negative_zero)),
-                self.peak_index.eq(first_token + best.offset),
+                self.peak_index.eq(first_token + best.place),
                 self.has_valid.eq(best.key != 0), self.nan.eq(nan),
             ]
 
@@ -343,7 +369,7 @@ def merge_peaks(m, chunks, *, name="merge"):
     name : str
         Prefix of the registers.
 
-    Returns a namespace of ``peak``, ``peak_index``, ``has_valid`` and ``nan`` signals (as the
+    Returns a :class:`Peak` of ``peak``, ``peak_index``, ``has_valid`` and ``nan`` (as the
     loaders define them, over the whole row), ``merge_latency(len(chunks))`` clocks behind
     the inputs: a registered pipeline, so the inputs must hold that long (a loader's results
     hold from ``done`` to its next ``start``).
@@ -353,8 +379,8 @@ def merge_peaks(m, chunks, *, name="merge"):
     candidates = []
     for position, chunk in enumerate(chunks):
         key, negative_zero = _order_key(chunk.peak, chunk.has_valid)
-        candidates.append(_register(m, SimpleNamespace(
-            key=key, negative_zero=negative_zero, index=chunk.peak_index),
+        candidates.append(_register(m, _Candidate(
+            key=key, negative_zero=negative_zero, place=chunk.peak_index),
             f"{name}_in{position}"))
     nan = stage(m, _ALWAYS, Cat(chunk.nan for chunk in chunks).any(), name=f"{name}_in_nan")
     level = 0
@@ -367,18 +393,18 @@ def merge_peaks(m, chunks, *, name="merge"):
                 continue
             left, right = pair
             right_wins = _better(right, left)
-            merged.append(_register(m, SimpleNamespace(**{
-                field: Mux(right_wins, getattr(right, field), getattr(left, field))
-                for field in ("key", "negative_zero", "index")}),
+            merged.append(_register(m, _Candidate(*(
+                Mux(right_wins, right_field, left_field)
+                for left_field, right_field in zip(left, right, strict=True))),
                 f"{name}_l{level}_{position // 2}"))
         candidates = merged
         nan = stage(m, _ALWAYS, nan, name=f"{name}_l{level}_nan")
         level += 1
     (best,) = candidates
-    return SimpleNamespace(
+    return Peak(
         peak=stage(m, _ALWAYS, _key_to_float(best.key, best.negative_zero),
                    name=f"{name}_peak"),
-        peak_index=stage(m, _ALWAYS, best.index, name=f"{name}_peak_index"),
+        peak_index=stage(m, _ALWAYS, best.place, name=f"{name}_peak_index"),
         has_valid=stage(m, _ALWAYS, best.key != 0, name=f"{name}_has_valid"),
         nan=stage(m, _ALWAYS, nan, name=f"{name}_nan"),
     )

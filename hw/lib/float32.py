@@ -11,7 +11,7 @@ constant) between an operand pair and its result, and a clock enable ``en`` that
 whole pipeline (see ``hw.lib.pipeline``).
 """
 
-from types import SimpleNamespace
+from typing import NamedTuple
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Value, signed
 from amaranth.lib import wiring
@@ -21,7 +21,7 @@ from .pipeline import stage
 
 __all__ = [
     "CANONICAL_NAN", "POSITIVE_INFINITY",
-    "float32_fields", "float32_order_key", "float32_less", "float32_equal",
+    "Float32Fields", "float32_fields", "float32_order_key", "float32_less", "float32_equal",
     "Float32Compare", "Float32Multiply", "Float32Add",
 ]
 
@@ -29,19 +29,31 @@ CANONICAL_NAN = 0x7FC0_0000
 POSITIVE_INFINITY = 0x7F80_0000
 
 
-def float32_fields(bits: Value) -> SimpleNamespace:
-    """Decode a binary32 bit pattern into its fields and classes (combinational).
+class Float32Fields(NamedTuple):
+    """A binary32 bit pattern's fields and classes (:func:`float32_fields`): ``sign``,
+    ``exponent`` (raw 8 bits), ``fraction`` (23 bits), ``magnitude`` (the low 31 bits: orders
+    non-NaN magnitudes as an unsigned integer), ``exponent_eff`` (the exponent with subnormals
+    read as 1), ``mantissa`` (24 bits with the hidden bit), ``is_zero``, ``is_inf``,
+    ``is_nan``."""
 
-    Members of the result: ``sign``, ``exponent`` (raw 8 bits), ``fraction`` (23 bits),
-    ``magnitude`` (the low 31 bits: orders non-NaN magnitudes as an unsigned integer),
-    ``exponent_eff`` (the exponent with subnormals read as 1), ``mantissa`` (24 bits with the
-    hidden bit), ``is_zero``, ``is_inf``, ``is_nan``.
-    """
+    sign: Value
+    exponent: Value
+    fraction: Value
+    magnitude: Value
+    exponent_eff: Value
+    mantissa: Value
+    is_zero: Value
+    is_inf: Value
+    is_nan: Value
+
+
+def float32_fields(bits: Value) -> Float32Fields:
+    """Decode a binary32 bit pattern into its fields and classes (combinational)."""
     bits = Value.cast(bits)
     sign, exponent, fraction = bits[31], bits[23:31], bits[:23]
     exponent_is_zero = exponent == 0
     exponent_is_max = exponent == 0xFF
-    return SimpleNamespace(
+    return Float32Fields(
         sign=sign,
         exponent=exponent,
         fraction=fraction,
