@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .harness import (
+    MAKE_OPTIONS,
     REPO_ROOT,
     VERILATOR_ARGS,
     SimulationError,
@@ -61,10 +62,6 @@ API_VERSION = 1
 #: Verilator arguments of the library build beyond ``sim.harness.VERILATOR_ARGS`` (which
 #: already put the C++ in four compile units per kind): none.
 LIBRARY_ARGS: tuple[str, ...] = ()
-#: Variables of the C++ compile (Verilator's makefile): the fast path (the model's eval) at
-#: -O1 instead of Verilator's -Os; the slow path (construction, initial values) stays at its
-#: -O0, the runtime library at its -Os.
-MAKE_OPTIONS: tuple[str, ...] = ("OPT_FAST=-O1",)
 
 
 def build_jobs() -> int:
