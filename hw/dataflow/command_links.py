@@ -1,7 +1,7 @@
 """How the engine's sequencer links the commands that are components of their own
-(``BeginRound``, ``ReadState``, ``LoadTree``, ``BuildVerify``) to what they share: the
-command's fields, the round's state and memories, K2's host port and the memory ports' readers
-and writers.
+(``BeginRound``, ``ReadState``, ``LoadTree``, ``BuildVerify``, ``Verify``) to what they share:
+the command's fields, the round's state and memories, K2's host port and the memory ports'
+readers and writers.
 
 Per command two functions: ``link_*`` makes the connections that hold whatever the sequencer
 does (the command's fields into ``start.payload``, the round's state and the shared resources'
@@ -19,7 +19,8 @@ from .commands import ONE_BITS
 
 __all__ = ["link_begin_round", "drive_begin_round", "link_read_state", "drive_read_state",
            "link_load_tree", "drive_load_tree", "link_build_verify", "drive_build_verify",
-           "feed_reader", "drive_reader", "feed_writer", "drive_writer"]
+           "feed_reader", "drive_reader", "feed_writer", "drive_writer", "link_verify",
+           "drive_verify"]
 
 
 def feed_reader(m, control, reader):
@@ -205,3 +206,37 @@ def drive_build_verify(m, build, c):
     drive_writer(m, build.results, c.rwriter)
     drive_writer(m, build.table, c.twriter)
     _drive_verify_tree(m, build, c)
+
+
+def link_verify(m, verify, command, c):
+    """``verify``: the LFSR flag, row pitch, four addresses, thresholds and EOS token of
+    ``command``; the round's state, the batch rows' data, the verify tree's nodes and K7's KV
+    slots read, the reader's and writers' outputs."""
+    start = verify.start.payload
+    m.d.comb += [start.lfsr.eq(command.lfsr), start.row_pitch.eq(command.row_pitch),
+                 start.requests.eq(command.address0), start.logit_rows.eq(command.address1),
+                 start.results.eq(command.address2), start.verified_id.eq(command.address3),
+                 start.threshold_single.eq(command.threshold_single),
+                 start.threshold_acc.eq(command.threshold_acc),
+                 start.eos_token_id.eq(command.eos_token_id),
+                 verify.phase.eq(c.phase), verify.batch.eq(c.batch), verify.vn.eq(c.vn),
+                 verify.vn_last.eq(c.vn_last), verify.request_last.eq(c.request_last),
+                 verify.depths_run.eq(c.depths_run), verify.config.eq(c.cfg),
+                 verify.pool.eq(c.pool_rd.data), verify.seq_len.eq(c.seq_rd.data),
+                 verify.tree_read.eq(c.vtree_rd.data), verify.locs_read.eq(c.locs2.read_data)]
+    feed_reader(m, verify.reader, c.reader)
+    feed_writer(m, verify.results, c.rwriter)
+    feed_writer(m, verify.table, c.twriter)
+
+
+def drive_verify(m, verify, c):
+    """``verify`` runs: the batch rows it names read and its ``seq_len`` rows written in the
+    round's bank, the verify tree's and K7's KV-slot reads; the reader, result and table
+    writers are its."""
+    m.d.comb += [c.pool_rd.addr.eq(c.row(verify.pool_at)), c.seq_rd.addr.eq(c.row(verify.seq_at)),
+                 c.seq_wr.addr.eq(c.row(verify.seq_write_at)), c.seq_wr.data.eq(verify.seq_write),
+                 c.seq_wr.en.eq(verify.seq_write_en), c.vtree_rd.addr.eq(verify.tree_read_at),
+                 c.locs2.read_at.eq(verify.locs_read_at)]
+    drive_reader(m, verify.reader, c.reader)
+    drive_writer(m, verify.results, c.rwriter)
+    drive_writer(m, verify.table, c.twriter)

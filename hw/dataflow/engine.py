@@ -35,11 +35,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.kernels.active_slots import ActiveSlots
 from hw.kernels.score_sort import ScoreSortPipeline
-from hw.kernels.tree_verify import TreeVerify
 from hw.kernels.update_state import UpdateCumuDraftState
-from hw.kernels.verify_result import VerifyResult
 from hw.kernels.work_deltas import WorkDeltas
 from hw.lib.stream import RegisterSlice
 
@@ -50,10 +47,12 @@ from .command_links import (
     drive_build_verify,
     drive_load_tree,
     drive_read_state,
+    drive_verify,
     link_begin_round,
     link_build_verify,
     link_load_tree,
     link_read_state,
+    link_verify,
 )
 from .commands import (
     ONE_BITS,
@@ -77,7 +76,7 @@ from .memory_ports import (
 from .params import EngineParams, counter_layout
 from .proba_fetch import store_fetched_probas
 from .read_state import ReadState, save_slot_rows, slot_info_layout
-from .verify import verify_states
+from .verify import Verify
 from .word_banks import WordBanks
 
 __all__ = ["Opcode", "Status", "StopReason", "EngineParams", "PersistentEngine", "ROOT_SCORE_BITS",
@@ -171,18 +170,17 @@ class PersistentEngine(wiring.Component):
         wiring.connect(m, rwriter.port, wiring.flipped(self.result_write))
         wiring.connect(m, twriter.port, wiring.flipped(self.table_write))
         wiring.connect(m, mwriter.port, wiring.flipped(self.mask_write))
-        tv = kernel("verify", TreeVerify(**asdict(p.verify)))
-        k7 = kernel("k7", VerifyResult(**asdict(p.k7)))
-        active = kernel("active", ActiveSlots(max_batch_size=MAXB))
+        # the fused verify, K7 and the compaction (the verify command)
+        verify = kernel("verify", Verify(p))
         for port in range(p.logit_ports):
-            wiring.connect(m, tv.read[port], wiring.flipped(self.logits[port]))
-        tv_busy = Signal()  # the fused verify has a request in flight
+            wiring.connect(m, verify.logits[port], wiring.flipped(self.logits[port]))
         # (port, its data beats' channel, busy, bits per beat) in `port_names` order
         counted = {"read": (self.read.r, reader.busy | proba_reader.busy, p.port_bits),
                    "result_write": (self.result_write.w, rwriter.busy, p.port_bits),
                    "mask_write": (self.mask_write.w, mwriter.busy, p.port_bits),
                    "table_write": (self.table_write.w, twriter.busy, p.port_bits),
-                   **{f"logits{port}": (self.logits[port].r, tv_busy, p.logit_port_bits)
+                   **{f"logits{port}": (self.logits[port].r, verify.tv_busy,
+                                        p.logit_port_bits)
                       for port in range(p.logit_ports)}}
         for index, name in enumerate(p.port_names):
             beat, busy, bits = counted[name]
@@ -190,7 +188,6 @@ class PersistentEngine(wiring.Component):
             m.d.comb += [counters.beat.eq(beat.valid & beat.ready), counters.busy.eq(busy)]
             m.d.comb += [self.counters[index][field].eq(getattr(counters, field))
                          for field in ("beats", "bytes", "busy_cycles", "stall_cycles")]
-        words = reader.words
 
         # --- on-chip round state -------------------------------------------------------------
         def memory(name, shape, depth):
@@ -219,21 +216,6 @@ class PersistentEngine(wiring.Component):
         locs = m.submodules.verify_cache_locs = WordBanks(depth=MAXB * MAXV, lanes=lanes)
         locs2 = m.submodules.verify_cache_locs_k7 = WordBanks(depth=MAXB * MAXV, lanes=lanes)
         vtree_rd, vtree_wr = memory("verify_tree", verify_tree_layout, MAXB * MAXV)
-        VQ = p.verify_request_words + MAXV
-        vreq_mem = m.submodules.verify_requests = Memory(shape=32, depth=MAXB * VQ, init=[])
-        vreq_rd, vreq_wr = vreq_mem.read_port(), vreq_mem.write_port()
-        coin_rd = vreq_mem.read_port()
-        predicts_rd, predicts_wr = memory("predicts", 32, MAXB * MAXV)
-        vids_rd, vids_wr = memory("verified_ids", 32, MAXB * p.max_steps)
-        commit_rd, commit_wr = memory("commit_locs", 32, p.max_steps)
-        vres_layout = data.StructLayout({
-            "accept_token_num": 8, "accept_length": 8, "next_root": 32, "finished": 1,
-            "seq_len": 32, "nan": 1, "offset": 32, "rows": 16, "evict": MAXV})
-        vres_rd, vres_wr = memory("verify_results", vres_layout, MAXB)
-        accept_layout = data.ArrayLayout(32, p.max_steps)
-        accidx_rd, accidx_wr = memory("accept_index", accept_layout, MAXB)
-        inverse_rd, inverse_wr = memory("active_inverse", 32, MAXB)
-        aslot_rd, aslot_wr = memory("active_slots", 32, MAXB)
         # Per slot: what its last round left (written when a new round begins; `saved` says
         # which slots have such a record since reset, as memories keep their contents through
         # a reset) and its row in the round in flight (`in_round` says which slots that round
@@ -286,20 +268,10 @@ class PersistentEngine(wiring.Component):
         parent_scores = Array(Signal(32, name=f"parent_score{w}") for w in range(WM))
         result = Signal(k1.result_layout)
         vn = Signal(range(MAXV + 1))  # n, the verify-set size
-        verify_nodes = Signal(range(MAXB * MAXV + 1))  # batch * vn, a clock behind vn
-        rsp_x = Signal(range(MAXN + 1))  # node answers forwarded in the current request
-        steps = Signal(range(p.max_steps + 1))  # S
-        accepted = Signal(8)
-        accept_row = Signal(accept_layout)
-        verified_total = Signal(32)
-        rows_read = Signal(32)
-        active_count = Signal(16)
-        res = Signal(vres_layout)
-        VQH = p.verify_request_words
-        header = Array(Signal(32, name=f"verify_header{x}") for x in range(VQH))
+        rows_read = Signal(32)  # verify's completion: the logits rows read
+        active_count = Signal(16)  # and the requests left active
 
         cfg = self.config
-        words_taken = words.valid & words.ready
 
         def row(index, *, new=False):
             """Address of batch row ``index`` in the round's bank (``new``: the other)."""
@@ -308,10 +280,6 @@ class PersistentEngine(wiring.Component):
         def kv_row(index, x, *, new=False):
             return row(index, new=new) * p.kv_slots + x
 
-        def unit_interval(bits):
-            """Whether float32 ``bits`` is a number in [0, 1] (-0.0 included, NaN not)."""
-            return (bits[:31] <= ONE_BITS) & (~bits[31] | (bits[:31] == 0))
-
         def verify_size_is(value):
             """The statements that set ``vn`` and the loop bounds that follow it."""
             return [vn.eq(value), vn_last.eq(value - 1),
@@ -319,8 +287,6 @@ class PersistentEngine(wiring.Component):
 
         def clamp_verify(value):
             return clamp_verify_num(value, MAXV)
-
-        m.d.sync += verify_nodes.eq(batch * vn)
 
         # Memories are read a clock ahead: by default the batch row ``b``'s slot.
         m.d.comb += slot_rd.addr.eq(row(b))
@@ -350,13 +316,15 @@ class PersistentEngine(wiring.Component):
         link_load_tree(m, load_tree, self.command.payload, c)
         build = kernel("build_verify", BuildVerify(p))
         link_build_verify(m, build, self.command.payload, c)
+        link_verify(m, verify, self.command.payload, c)
         with m.FSM(name="sequencer") as sequencer:
             with m.State("IDLE"):
                 m.d.comb += self.command.ready.eq(1)
                 for component, opcode in ((begin, Opcode.BEGIN_ROUND),
                                           (read_state, Opcode.READ_STATE),
                                           (load_tree, Opcode.LOAD_TREE),
-                                          (build, Opcode.BUILD_VERIFY)):
+                                          (build, Opcode.BUILD_VERIFY),
+                                          (verify, Opcode.VERIFY)):
                     m.d.comb += component.start.valid.eq(
                         self.command.valid & (self.command.payload.opcode == opcode))
                 with m.If(self.command.valid):
@@ -373,7 +341,7 @@ class PersistentEngine(wiring.Component):
                         with m.Case(Opcode.BUILD_VERIFY):
                             m.next = "BUILD_VERIFY"
                         with m.Case(Opcode.VERIFY):
-                            m.next = "RUN_CHECK"
+                            m.next = "VERIFY"
                         with m.Case(Opcode.READ_STATE):
                             m.next = "READ_STATE"
                         with m.Case(Opcode.LOAD_TREE):
@@ -396,7 +364,17 @@ class PersistentEngine(wiring.Component):
                     m.next = "COMPLETE"
 
             draft_depth_states(m, c)
-            verify_states(m, c)
+            with m.State("VERIFY"):
+                drive_verify(m, verify, c)
+                m.d.comb += verify.done.ready.eq(1)
+                with m.If(verify.done.valid):
+                    m.d.sync += [status.eq(verify.done.payload.status),
+                                 active_count.eq(verify.done.payload.active_count),
+                                 rows_read.eq(verify.done.payload.rows_read)]
+                    with m.If(verify.done.payload.status == Status.OK):
+                        m.d.sync += phase.eq(Phase.IDLE)
+                    m.next = "COMPLETE"
+
             with m.State("BUILD_VERIFY"):
                 drive_build_verify(m, build, c)
                 m.d.comb += build.done.ready.eq(1)
