@@ -93,3 +93,42 @@ def test_the_entry_points_may_import_flow_only():
 @pytest.mark.parametrize("path", HARDWARE, ids=lambda path: str(path.relative_to(REPO_ROOT)))
 def test_hardware_files_are_at_most_800_lines(path):
     assert len(path.read_text().splitlines()) <= 800
+
+
+DATAFLOW = sorted((REPO_ROOT / "hw" / "dataflow").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", DATAFLOW, ids=lambda path: str(path.relative_to(REPO_ROOT)))
+def test_engine_files_are_at_most_500_lines(path):
+    """Issue 31: the engine's files, one component or one job each, stay readable."""
+    assert len(path.read_text().splitlines()) <= 500
+
+
+def namespaces_of_locals(source: str, filename: str = "<source>") -> list[str]:
+    """Where ``source`` names ``SimpleNamespace`` or calls ``locals()`` / ``vars()`` without an
+    argument: ``"line: what"`` each."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename=filename)):
+        name = node.id if isinstance(node, ast.Name) else \
+            node.attr if isinstance(node, ast.Attribute) else \
+            node.name if isinstance(node, ast.alias) else None
+        if name == "SimpleNamespace":
+            found.append(f"{node.lineno}: SimpleNamespace")
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("locals", "vars") \
+                and not node.args:
+            found.append(f"{node.lineno}: {node.func.id}()")
+    return found
+
+
+@pytest.mark.parametrize("path", HARDWARE, ids=lambda path: str(path.relative_to(REPO_ROOT)))
+def test_hardware_shares_no_namespace_of_locals(path):
+    """Issue 31: what a command reaches is named in a signature or a declared record, never
+    a namespace of whatever locals a function had."""
+    assert namespaces_of_locals(path.read_text(), str(path)) == []
+
+
+@pytest.mark.parametrize("source", [
+    "from types import SimpleNamespace", "import types\nc = types.SimpleNamespace(a=1)",
+    "c = dict(locals())", "v = vars()"])
+def test_every_namespace_of_locals_is_caught(source):
+    assert namespaces_of_locals(source) != []

@@ -22,7 +22,7 @@ from .commands import ROOT_SCORE_BITS, Status
 from .memory_ports import reader_control_signature, writer_control_signature
 from .read_state import save_slot_rows, slot_info_layout
 from .records import ARGUMENT
-from .runs import TABLE_READY, copy_words, finish, idle_state, table_address
+from .runs import TABLE_READY, copy_table_row, finish, idle_state, table_address
 
 __all__ = ["BeginRound", "batch_row_layout"]
 
@@ -264,18 +264,10 @@ class BeginRound(wiring.Component):
                 with m.If(b == batch_size):
                     with m.If(~table.busy):
                         end(Status.OK)
-                with m.Elif(j < TABLE_READY):  # the row's pool and seq_len, then its address
-                    m.d.sync += j.eq(j + 1)
-                with m.Elif(j == TABLE_READY):
-                    with m.If(table.can_start):
-                        m.d.comb += [table.start.eq(1), table.count.eq(p.kv_slots),
-                                     table.address.eq(table_row)]
-                        m.d.sync += [j.eq(TABLE_READY + 1), i.eq(0)]
                 with m.Else():
-                    with m.If(copy_words(m, step=j, at=TABLE_READY + 1, index=i,
-                                         count=p.kv_slots, addr=self.kv_slot,
-                                         data=self.kv_read, writer=table,
-                                         address=lambda x: x)):
+                    with m.If(copy_table_row(m, step=j, index=i, count=p.kv_slots,
+                                             address=table_row, addr=self.kv_slot,
+                                             data=self.kv_read, table=table)):
                         m.d.sync += [b.eq(b + 1), j.eq(0), i.eq(0)]
         return m
 

@@ -6,7 +6,7 @@ import enum
 from amaranth.hdl import Mux
 
 __all__ = ["Opcode", "Status", "StopReason", "Phase", "ROOT_SCORE_BITS", "ONE_BITS",
-           "clamp_verify_num"]
+           "clamp_verify_num", "unit_interval"]
 
 #: 1.001f, the root's score (``golden.draft_round.ROOT_SCORE``).
 ROOT_SCORE_BITS = 0x3F80_20C5
@@ -59,3 +59,8 @@ class Phase(enum.IntEnum):
 def clamp_verify_num(value, max_verify_num):
     """``verify_num`` into ``1 .. max_verify_num`` (``golden.update_state.clamp_verify_num``)."""
     return Mux(value < 1, 1, Mux(value > max_verify_num, max_verify_num, value))
+
+
+def unit_interval(bits):
+    """Whether float32 ``bits`` is a number in [0, 1] (-0.0 included, NaN not)."""
+    return (bits[:31] <= ONE_BITS) & (~bits[31] | (bits[:31] == 0))

@@ -11,15 +11,17 @@ verify KV slots and request records in (``read``), the target logits rows the fu
 visits (``logits``), results out (``result_write``), the verify mask (``mask_write``) and the
 round's KV slots into ``req_to_token`` (``table_write``). Two word readers share ``read``
 (``ReadShare``): the sequencer's and ``draft_depth``'s probability prefetch
-(``proba_fetch``); the writers take a record or a beat a transfer (``WordWriter.group``).
+(``ProbaFetch``); the writers take a record or a beat a transfer (``WordWriter.group``).
 
-The kernels behind the sequencer: K1's score and sort path (``ScoreSortPipeline``), K2, K3 with
-the width policy, the fused verify (``TreeVerify``), K7 (``VerifyResult``) and the compaction
-(``ActiveSlots``); K4 (``TreeMask``) is ``build_verify``'s own. ``begin_round``,
-``read_state``, ``load_tree`` and ``build_verify`` are components of their own
-(``BeginRound``, ``ReadState``, ``LoadTree``, ``BuildVerify``), started and finished by the
-sequencer and linked to what they share in ``command_links``; ``draft_depth``
-(``draft_states``) and ``verify`` are still states of the sequencer. The build parameters
+Every command is a component of its own (``BeginRound``, ``DraftDepth``, ``BuildVerify``,
+``LoadTree``, ``Verify``, ``ReadState``), started and finished by the sequencer below and
+linked in ``command_links`` to what the commands share (``shared.EngineShared``: the round's
+registers and memories, K2, the memory ports' readers and writers); each owns its kernels:
+K1's score and sort path (``ScoreSortPipeline``) and K3 with the width policy are
+``DraftDepth``'s, K4 (``TreeMask``) is ``BuildVerify``'s, the fused verify (``TreeVerify``),
+K7 (``VerifyResult``) and the compaction (``ActiveSlots``) are ``Verify``'s; K2 is the
+engine's. The sequencer takes a command, starts its component, applies the round-state
+changes its ``done`` reports and completes it; it also runs the watchdog. The build parameters
 are ``params.EngineParams``. Commands are checked before they touch anything: a bad command
 completes with an error ``Status`` and changes no state.
 
@@ -27,18 +29,14 @@ Memory formats, command and completion fields: docs/engine.md; choices: docs/dec
 "Engine hardware".
 """
 
+import contextlib
 from dataclasses import asdict
-from types import SimpleNamespace
 
-from amaranth.hdl import Array, Module, Mux, ResetInserter, Signal, signed
+from amaranth.hdl import Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.kernels.active_slots import ActiveSlots
-from hw.kernels.tree_verify import TreeVerify
 from hw.kernels.update_state import UpdateCumuDraftState
-from hw.kernels.verify_result import VerifyResult
 from hw.lib.stream import RegisterSlice
 
 from .begin_round import BeginRound
@@ -49,11 +47,13 @@ from .command_links import (
     drive_draft_depth,
     drive_load_tree,
     drive_read_state,
+    drive_verify,
     link_begin_round,
     link_build_verify,
     link_draft_depth,
     link_load_tree,
     link_read_state,
+    link_verify,
 )
 from .commands import (
     ONE_BITS,
@@ -62,10 +62,9 @@ from .commands import (
     Phase,
     Status,
     StopReason,
-    clamp_verify_num,
 )
 from .draft_depth import DraftDepth
-from .load_tree import LoadTree, verify_tree_layout
+from .load_tree import LoadTree
 from .memory_ports import (
     PortCounters,
     ReadShare,
@@ -75,9 +74,9 @@ from .memory_ports import (
     write_port_signature,
 )
 from .params import EngineParams, counter_layout
-from .read_state import ReadState, save_slot_rows, slot_info_layout
-from .verify import verify_states
-from .word_banks import WordBanks
+from .read_state import ReadState, save_slot_rows
+from .shared import EngineShared, RoundMemories, RoundState
+from .verify import Verify
 
 __all__ = ["Opcode", "Status", "StopReason", "EngineParams", "PersistentEngine", "ROOT_SCORE_BITS",
            "ONE_BITS", "counter_layout"]
@@ -126,9 +125,6 @@ class PersistentEngine(wiring.Component):
     def elaborate(self, platform):
         p = self._params
         m = Module()
-        K, WM, NM, MI = p.node_top_k, p.max_tree_width, p.max_candidates, p.max_input_size
-        MAXB, MAXV, MAXN = p.max_batch, p.max_verify_num, p.max_node_count
-        R, F = p.argument_words, p.frontier_words
 
         # --- kernels and ports ---------------------------------------------------------------
         # The watchdog's abort resets every kernel and port run (their logic, not their
@@ -168,18 +164,17 @@ class PersistentEngine(wiring.Component):
         wiring.connect(m, rwriter.port, wiring.flipped(self.result_write))
         wiring.connect(m, twriter.port, wiring.flipped(self.table_write))
         wiring.connect(m, mwriter.port, wiring.flipped(self.mask_write))
-        tv = kernel("verify", TreeVerify(**asdict(p.verify)))
-        k7 = kernel("k7", VerifyResult(**asdict(p.k7)))
-        active = kernel("active", ActiveSlots(max_batch_size=MAXB))
+        # the fused verify, K7 and the compaction (the verify command)
+        verify = kernel("verify", Verify(p))
         for port in range(p.logit_ports):
-            wiring.connect(m, tv.read[port], wiring.flipped(self.logits[port]))
-        tv_busy = Signal()  # the fused verify has a request in flight
+            wiring.connect(m, verify.logits[port], wiring.flipped(self.logits[port]))
         # (port, its data beats' channel, busy, bits per beat) in `port_names` order
         counted = {"read": (self.read.r, reader.busy | draft.probas_busy, p.port_bits),
                    "result_write": (self.result_write.w, rwriter.busy, p.port_bits),
                    "mask_write": (self.mask_write.w, mwriter.busy, p.port_bits),
                    "table_write": (self.table_write.w, twriter.busy, p.port_bits),
-                   **{f"logits{port}": (self.logits[port].r, tv_busy, p.logit_port_bits)
+                   **{f"logits{port}": (self.logits[port].r, verify.tv_busy,
+                                        p.logit_port_bits)
                       for port in range(p.logit_ports)}}
         for index, name in enumerate(p.port_names):
             beat, busy, bits = counted[name]
@@ -187,247 +182,134 @@ class PersistentEngine(wiring.Component):
             m.d.comb += [counters.beat.eq(beat.valid & beat.ready), counters.busy.eq(busy)]
             m.d.comb += [self.counters[index][field].eq(getattr(counters, field))
                          for field in ("beats", "bytes", "busy_cycles", "stall_cycles")]
-        words = reader.words
 
         # --- on-chip round state -------------------------------------------------------------
-        def memory(name, shape, depth):
-            mem = m.submodules[name] = Memory(shape=shape, depth=depth, init=[])
-            return mem.read_port(), mem.write_port()
-
-        # The batch's inputs in two banks: begin_round fills the idle one and swaps only
-        # once its checks pass, so a refused begin_round leaves the round in flight intact.
-        slot_rd, slot_wr = memory("batch_slot", range(MAXB), 2 * MAXB)
-        seq_mem = m.submodules.batch_seq_len = Memory(shape=32, depth=2 * MAXB, init=[])
-        seq_rd, seq_wr = seq_mem.read_port(), seq_mem.write_port()
-        seq_k4_rd, seq_mask_rd = seq_mem.read_port(), seq_mem.read_port()  # K4's feeds
-        pool_rd, pool_wr = memory("batch_pool", 32, 2 * MAXB)
-        kv_rd, kv_wr = memory("batch_kv_slots", 32, 2 * MAXB * p.kv_slots)
-        root_rd, root_wr = memory("batch_root", 32, MAXB)
-        pool_seen_rd, pool_seen_wr = memory("pool_seen", 1, p.max_pool_rows)
-        # the verify KV slots, stored and copied out a read beat a clock (and K7's copy)
-        locs = m.submodules.verify_cache_locs = WordBanks(depth=MAXB * MAXV, lanes=lanes)
-        locs2 = m.submodules.verify_cache_locs_k7 = WordBanks(depth=MAXB * MAXV, lanes=lanes)
-        vtree_rd, vtree_wr = memory("verify_tree", verify_tree_layout, MAXB * MAXV)
-        VQ = p.verify_request_words + MAXV
-        vreq_mem = m.submodules.verify_requests = Memory(shape=32, depth=MAXB * VQ, init=[])
-        vreq_rd, vreq_wr = vreq_mem.read_port(), vreq_mem.write_port()
-        coin_rd = vreq_mem.read_port()
-        predicts_rd, predicts_wr = memory("predicts", 32, MAXB * MAXV)
-        vids_rd, vids_wr = memory("verified_ids", 32, MAXB * p.max_steps)
-        commit_rd, commit_wr = memory("commit_locs", 32, p.max_steps)
-        vres_layout = data.StructLayout({
-            "accept_token_num": 8, "accept_length": 8, "next_root": 32, "finished": 1,
-            "seq_len": 32, "nan": 1, "offset": 32, "rows": 16, "evict": MAXV})
-        vres_rd, vres_wr = memory("verify_results", vres_layout, MAXB)
-        accept_layout = data.ArrayLayout(32, p.max_steps)
-        accidx_rd, accidx_wr = memory("accept_index", accept_layout, MAXB)
-        inverse_rd, inverse_wr = memory("active_inverse", 32, MAXB)
-        aslot_rd, aslot_wr = memory("active_slots", 32, MAXB)
-        # Per slot: what its last round left (written when a new round begins; `saved` says
-        # which slots have such a record since reset, as memories keep their contents through
-        # a reset) and its row in the round in flight (`in_round` says which slots that round
-        # has).
-        info_rd, info_wr = memory("slot_info", slot_info_layout, MAXB)
-        slot_row_rd, slot_row_wr = memory("slot_row", range(MAXB), MAXB)
-        in_round = Signal(MAXB)
-        saved = Signal(MAXB)
-        saving, saving_slot = Signal(), Signal(range(MAXB))  # a slot's row is saved
-        with m.If(saving):
-            m.d.sync += saved.eq(saved | (1 << saving_slot))
-
+        rows = RoundMemories.create(m, p)
+        r = RoundState.create(p)  # the round in flight
         cmd = Signal(p.command_layout)
         status = Signal(3)
-        stop_reason = Signal(3)
-        next_width = Signal(range(WM + 1))
-
-        phase = Signal(2)  # _Phase of the round
-        bank = Signal()  # the round's bank of the batch memories
-        depths_run = Signal(8)
-        stop_kind = Signal(3)  # StopReason that ended drafting
-        batch = Signal(range(MAXB + 1))
-        verify_num = Signal(signed(32))
-        depths = Signal(8)
-        depth = Signal(8)  # label of the frontier's depth
-        width = Signal(range(WM + 1))  # frontier width W
-        input_count = Signal(range(p.kv_slots + WM + 1))
-        cumu_count = Signal(range(MAXN + NM + 1))
-        # Loop bounds less one, each set in the clock its count is (a counter compared with a
-        # register: no subtraction's carry chain in front of the counters' next-state logic).
-        # Signed, so that a zero count's -1 matches no counter.
-        cumu_last = Signal(range(-1, MAXN + NM), init=-1)  # cumu_count - 1
-        vn_last = Signal(range(-1, MAXV), init=-1)  # vn - 1
-        request_last = Signal(range(-1, p.verify_request_words + MAXV),  # words of a verify
-                              init=p.verify_request_words - 1)  # request record, less one
-
-        b = Signal(range(MAXB + 2))  # request of the batch (up to B + 1: the indptrs' entries)
-        # the largest loop bound of the commands (a full tree's nodes and both score rows)
-        elements = max(R, NM, MAXV + K, WM * F, MAXN + 2 * MAXV + K)
-        i = Signal(range(elements + 2))  # element within it
-        j = Signal(range(elements + 2))  # second element counter
-        bad_argument = Signal()
-        vn = Signal(range(MAXV + 1))  # n, the verify-set size
-        verify_nodes = Signal(range(MAXB * MAXV + 1))  # batch * vn, a clock behind vn
-        rsp_x = Signal(range(MAXN + 1))  # node answers forwarded in the current request
-        steps = Signal(range(p.max_steps + 1))  # S
-        accepted = Signal(8)
-        accept_row = Signal(accept_layout)
-        verified_total = Signal(32)
-        rows_read = Signal(32)
-        active_count = Signal(16)
-        res = Signal(vres_layout)
-        VQH = p.verify_request_words
-        header = Array(Signal(32, name=f"verify_header{x}") for x in range(VQH))
-
-        cfg = self.config
-        words_taken = words.valid & words.ready
-
-        def row(index, *, new=False):
-            """Address of batch row ``index`` in the round's bank (``new``: the other)."""
-            return Mux(bank ^ new, MAXB, 0) + index
-
-        def kv_row(index, x, *, new=False):
-            return row(index, new=new) * p.kv_slots + x
-
-        def unit_interval(bits):
-            """Whether float32 ``bits`` is a number in [0, 1] (-0.0 included, NaN not)."""
-            return (bits[:31] <= ONE_BITS) & (~bits[31] | (bits[:31] == 0))
-
-        def verify_size_is(value):
-            """The statements that set ``vn`` and the loop bounds that follow it."""
-            return [vn.eq(value), vn_last.eq(value - 1),
-                    request_last.eq(value + (p.verify_request_words - 1))]
-
-        def clamp_verify(value):
-            return clamp_verify_num(value, MAXV)
-
-        m.d.sync += verify_nodes.eq(batch * vn)
-
+        stop_reason = Signal(3)  # draft_depth's completion: why drafting stopped
+        next_width = Signal(range(p.max_tree_width + 1))  # and the next width
+        rows_read = Signal(32)  # verify's completion: the logits rows read
+        active_count = Signal(16)  # and the requests left active
+        b = Signal(range(p.max_batch + 1))  # WATCHDOG_SAVE: the request saved
+        step = Signal(range(4))  # and its sub-step
         # Memories are read a clock ahead: by default the batch row ``b``'s slot.
-        m.d.comb += slot_rd.addr.eq(row(b))
+        m.d.comb += rows.slot_rd.addr.eq(rows.row(b))
+        c = EngineShared(config=self.config, command=cmd, round=r, rows=rows, k2=k2,
+                         host_cmd=host_cmd, host_idle=host_idle, reader=reader, rwriter=rwriter,
+                         mwriter=mwriter, twriter=twriter)
 
-        # Every local above, for the states of each command (functions below the class).
-        c = SimpleNamespace(**{name: value for name, value in locals().items()
-                               if name not in ("self", "platform", "m")})
         # The watchdog: clocks left to the command in flight (docs/engine.md, "The watchdog")
         remaining = Signal(range(p.watchdog_cycles + 1))
         expired = Signal()  # remaining reached 0 a clock ago
-        limit = Mux(cfg.watchdog_cycles != 0, cfg.watchdog_cycles, p.watchdog_cycles)
-        # The commands that are components of their own, started and finished by the
-        # sequencer (docs/engine.md, "The hardware").
+        limit = Mux(self.config.watchdog_cycles != 0, self.config.watchdog_cycles,
+                    p.watchdog_cycles)
+        # The commands, each a component of its own, started and finished by the sequencer
+        # (docs/engine.md, "The hardware"): opcode -> (the sequencer's state while it runs,
+        # the component, its drive_* function).
         begin = kernel("begin_round", BeginRound(p))
-        link_begin_round(m, begin, self.command.payload, c)
         read_state = kernel("read_state", ReadState(p))
-        link_read_state(m, read_state, self.command.payload, c)
         load_tree = kernel("load_tree", LoadTree(p))
-        link_load_tree(m, load_tree, self.command.payload, c)
         build = kernel("build_verify", BuildVerify(p))
-        link_build_verify(m, build, self.command.payload, c)
-        link_draft_depth(m, draft, self.command.payload, c)
+        commands = {
+            Opcode.BEGIN_ROUND: ("BEGIN_ROUND", begin, link_begin_round, drive_begin_round),
+            Opcode.DRAFT_DEPTH: ("DRAFT_DEPTH", draft, link_draft_depth, drive_draft_depth),
+            Opcode.BUILD_VERIFY: ("BUILD_VERIFY", build, link_build_verify, drive_build_verify),
+            Opcode.VERIFY: ("VERIFY", verify, link_verify, drive_verify),
+            Opcode.READ_STATE: ("READ_STATE", read_state, link_read_state, drive_read_state),
+            Opcode.LOAD_TREE: ("LOAD_TREE", load_tree, link_load_tree, drive_load_tree),
+        }
+        for _, component, link, _ in commands.values():
+            link(m, component, self.command.payload, c)
+        # begin_round's roots into draft_depth's frontier (written only while begin_round runs)
+        m.d.comb += [draft.root_at.eq(begin.frontier_at), draft.root_en.eq(begin.frontier_en)]
+
+        @contextlib.contextmanager
+        def running(opcode):
+            """The sequencer's state while the command ``opcode`` runs: its component's
+            ``done`` completes the command with the status it reports; the body makes the
+            round-state changes it reports (``done``'s payload is given)."""
+            name, component, _, drive = commands[opcode]
+            with m.State(name):
+                drive(m, component, c)
+                m.d.comb += component.done.ready.eq(1)
+                with m.If(component.done.valid):
+                    m.d.sync += status.eq(component.done.payload.status)
+                    yield component.done.payload
+                    m.next = "COMPLETE"
+
         with m.FSM(name="sequencer") as sequencer:
             with m.State("IDLE"):
                 m.d.comb += self.command.ready.eq(1)
-                for component, opcode in ((begin, Opcode.BEGIN_ROUND),
-                                          (read_state, Opcode.READ_STATE),
-                                          (load_tree, Opcode.LOAD_TREE),
-                                          (build, Opcode.BUILD_VERIFY),
-                                          (draft, Opcode.DRAFT_DEPTH)):
+                for opcode, (_, component, _, _) in commands.items():
                     m.d.comb += component.start.valid.eq(
                         self.command.valid & (self.command.payload.opcode == opcode))
                 with m.If(self.command.valid):
                     m.d.sync += [cmd.eq(self.command.payload), status.eq(Status.OK),
-                                 stop_reason.eq(0), next_width.eq(0), b.eq(0), i.eq(0),
-                                 j.eq(0),
-                                 bad_argument.eq(0), remaining.eq(limit), expired.eq(0)]
+                                 stop_reason.eq(0), next_width.eq(0), b.eq(0), step.eq(0),
+                                 remaining.eq(limit), expired.eq(0)]
                     with m.Switch(self.command.payload.opcode):
-                        with m.Case(Opcode.BEGIN_ROUND):
-                            m.next = "BEGIN_ROUND"
-                        with m.Case(Opcode.DRAFT_DEPTH):
-                            m.next = "DRAFT_DEPTH"
-                        with m.Case(Opcode.BUILD_VERIFY):
-                            m.next = "BUILD_VERIFY"
-                        with m.Case(Opcode.VERIFY):
-                            m.next = "RUN_CHECK"
-                        with m.Case(Opcode.READ_STATE):
-                            m.next = "READ_STATE"
-                        with m.Case(Opcode.LOAD_TREE):
-                            m.next = "LOAD_TREE"
+                        for opcode, (name, _, _, _) in commands.items():
+                            with m.Case(opcode):
+                                m.next = name
                         with m.Default():
                             m.d.sync += status.eq(Status.BAD_ARGUMENT)
                             m.next = "COMPLETE"
 
-            with m.State("BEGIN_ROUND"):
-                drive_begin_round(m, begin, c)
-                m.d.comb += begin.done.ready.eq(1)
-                with m.If(begin.done.valid):
-                    m.d.sync += status.eq(begin.done.payload.status)
-                    with m.If(begin.done.payload.status == Status.OK):
-                        m.d.sync += [phase.eq(Phase.DRAFTING), batch.eq(cmd.batch_size),
-                                     in_round.eq(begin.done.payload.slots), bank.eq(~bank),
-                                     depths_run.eq(0), verify_num.eq(cmd.verify_num),
-                                     depths.eq(cmd.depths), depth.eq(1), width.eq(1),
-                                     input_count.eq(1), cumu_count.eq(1), cumu_last.eq(0)]
-                    m.next = "COMPLETE"
+            with running(Opcode.BEGIN_ROUND) as done:
+                with m.If(done.status == Status.OK):
+                    m.d.sync += [r.phase.eq(Phase.DRAFTING), r.batch.eq(cmd.batch_size),
+                                 r.in_round.eq(done.slots), rows.bank.eq(~rows.bank),
+                                 r.depths_run.eq(0), r.verify_num.eq(cmd.verify_num),
+                                 r.depths.eq(cmd.depths), r.depth.eq(1), r.width.eq(1),
+                                 r.input_count.eq(1), r.cumu_count.eq(1), r.cumu_last.eq(0)]
 
-            with m.State("DRAFT_DEPTH"):
-                drive_draft_depth(m, draft, c)
-                m.d.comb += draft.done.ready.eq(1)
-                with m.If(draft.done.valid):
-                    done = draft.done.payload
-                    m.d.sync += [status.eq(done.status), next_width.eq(done.next_width),
-                                 stop_reason.eq(done.stop_reason)]
-                    with m.If(done.depth_run):
-                        m.d.sync += depths_run.eq(depths_run + 1)
-                    with m.If(done.grown):
-                        m.d.sync += [cumu_count.eq(cumu_count + done.nodes),
-                                     cumu_last.eq(cumu_count + done.nodes - 1)]
-                        with m.If(done.stop_reason != StopReason.NONE):
-                            m.d.sync += [phase.eq(Phase.DRAFTED), stop_kind.eq(done.stop_reason)]
-                        with m.Else():
-                            m.d.sync += [width.eq(done.next_width), depth.eq(depth + 1),
-                                         input_count.eq(input_count + done.next_width)]
-                    m.next = "COMPLETE"
+            with running(Opcode.DRAFT_DEPTH) as done:
+                m.d.sync += [next_width.eq(done.next_width), stop_reason.eq(done.stop_reason)]
+                with m.If(done.depth_run):
+                    m.d.sync += r.depths_run.eq(r.depths_run + 1)
+                with m.If(done.grown):
+                    m.d.sync += [r.cumu_count.eq(r.cumu_count + done.nodes),
+                                 r.cumu_last.eq(r.cumu_count + done.nodes - 1)]
+                    with m.If(done.stop_reason != StopReason.NONE):
+                        m.d.sync += [r.phase.eq(Phase.DRAFTED), r.stop_kind.eq(done.stop_reason)]
+                    with m.Else():
+                        m.d.sync += [r.width.eq(done.next_width), r.depth.eq(r.depth + 1),
+                                     r.input_count.eq(r.input_count + done.next_width)]
 
-            verify_states(m, c)
-            with m.State("BUILD_VERIFY"):
-                drive_build_verify(m, build, c)
-                m.d.comb += build.done.ready.eq(1)
-                with m.If(build.done.valid):
-                    m.d.sync += [status.eq(build.done.payload.status),
-                                 *verify_size_is(build.done.payload.verify_size)]
-                    with m.If(build.done.payload.status == Status.OK):
-                        m.d.sync += phase.eq(Phase.BUILT)
-                    m.next = "COMPLETE"
+            with running(Opcode.BUILD_VERIFY) as done:
+                m.d.sync += r.verify_size_is(done.verify_size, p)
+                with m.If(done.status == Status.OK):
+                    m.d.sync += r.phase.eq(Phase.BUILT)
 
-            with m.State("LOAD_TREE"):
-                drive_load_tree(m, load_tree, c)
-                m.d.comb += load_tree.done.ready.eq(1)
-                with m.If(load_tree.done.valid):
-                    m.d.sync += status.eq(load_tree.done.payload.status)
-                    with m.If(load_tree.done.payload.sized):
-                        m.d.sync += verify_size_is(cmd.verify_num)
-                    with m.If(load_tree.done.payload.status == Status.OK):
-                        m.d.sync += [phase.eq(Phase.BUILT), depths_run.eq(cmd.depths)]
-                    m.next = "COMPLETE"
+            with running(Opcode.LOAD_TREE) as done:
+                with m.If(done.sized):
+                    m.d.sync += r.verify_size_is(cmd.verify_num, p)
+                with m.If(done.status == Status.OK):
+                    m.d.sync += [r.phase.eq(Phase.BUILT), r.depths_run.eq(cmd.depths)]
 
-            with m.State("READ_STATE"):
-                drive_read_state(m, read_state, c)
-                m.d.comb += read_state.done.ready.eq(1)
-                with m.If(read_state.done.valid):
-                    m.d.sync += [status.eq(read_state.done.payload.status), i.eq(0), j.eq(0)]
-                    m.next = "COMPLETE"
+            with running(Opcode.VERIFY) as done:
+                m.d.sync += [active_count.eq(done.active_count), rows_read.eq(done.rows_read)]
+                with m.If(done.status == Status.OK):
+                    m.d.sync += r.phase.eq(Phase.IDLE)
+
+            with running(Opcode.READ_STATE):
+                pass
 
             with m.State("WATCHDOG_SAVE"):
                 # The command was cut off (its kernels reset): the round in flight ends
                 # where its last completed command left it.
-                m.d.comb += [slot_rd.addr.eq(row(b)), seq_rd.addr.eq(row(b)),
-                             pool_rd.addr.eq(row(b))]
-                with m.If(save_slot_rows(m, index=b, step=j, batch=batch, slot=slot_rd.data,
-                                         seq_len=seq_rd.data, pool=pool_rd.data, phase=phase,
-                                         cumu_count=cumu_count, info_at=info_wr.addr,
-                                         info_write=info_wr.data, info_en=info_wr.en,
-                                         saved_slot=saving_slot, saved_en=saving)):
-                    m.d.sync += [phase.eq(Phase.IDLE), in_round.eq(0),
-                                 status.eq(Status.WATCHDOG), b.eq(0), j.eq(0)]
+                m.d.comb += [rows.slot_rd.addr.eq(rows.row(b)), rows.seq_rd.addr.eq(rows.row(b)),
+                             rows.pool_rd.addr.eq(rows.row(b))]
+                with m.If(save_slot_rows(m, index=b, step=step, batch=r.batch,
+                                         slot=rows.slot_rd.data, seq_len=rows.seq_rd.data,
+                                         pool=rows.pool_rd.data, phase=r.phase,
+                                         cumu_count=r.cumu_count, info_at=rows.info_wr.addr,
+                                         info_write=rows.info_wr.data, info_en=rows.info_wr.en,
+                                         saved_slot=rows.saving_slot, saved_en=rows.saving)):
+                    m.d.sync += [r.phase.eq(Phase.IDLE), r.in_round.eq(0),
+                                 status.eq(Status.WATCHDOG), b.eq(0), step.eq(0)]
                     m.next = "COMPLETE"
 
             with m.State("COMPLETE"):
@@ -435,7 +317,7 @@ class PersistentEngine(wiring.Component):
                 m.d.comb += [self.completion.valid.eq(1), out.tag.eq(cmd.tag),
                              out.opcode.eq(cmd.opcode), out.status.eq(status),
                              out.next_tree_width.eq(next_width),
-                             out.stop_reason.eq(stop_reason), out.verify_size.eq(vn),
+                             out.stop_reason.eq(stop_reason), out.verify_size.eq(r.vn),
                              out.active_count.eq(active_count), out.rows_read.eq(rows_read)]
                 with m.If(self.completion.ready):
                     m.next = "IDLE"
@@ -447,5 +329,5 @@ class PersistentEngine(wiring.Component):
             m.d.sync += [remaining.eq(remaining - (remaining != 0)), expired.eq(remaining == 0)]
             with m.If(expired):  # after the command's own statements: this transition wins
                 m.d.sync += [sequencer.state.eq(sequencer.encoding["WATCHDOG_SAVE"]),
-                             abort.eq(1), b.eq(0), j.eq(0), expired.eq(0)]
+                             abort.eq(1), b.eq(0), step.eq(0), expired.eq(0)]
         return m

@@ -1,13 +1,13 @@
 """Sequencer steps shared by the engine's commands: a command component's start and finish,
-a read run's words into on-chip memories, an on-chip memory's words into a write run, and the
-address of a ``req_to_token`` row."""
+a read run's words into on-chip memories, an on-chip memory's words into a write run (or a
+``req_to_token`` row), and the address of a ``req_to_token`` row."""
 
 from amaranth.hdl import Mux, Signal
 
 from hw.lib.params import index_bits
 
 __all__ = ["idle_state", "finish", "copy_words", "copy_group", "store_locs_states", "table_address",
-           "TABLE_ADDRESS_LATENCY", "TABLE_READY"]
+           "copy_table_row", "TABLE_ADDRESS_LATENCY", "TABLE_READY"]
 
 #: Clocks from a ``table_address`` input to its output (see there).
 TABLE_ADDRESS_LATENCY = 2
@@ -119,3 +119,24 @@ def table_address(m, params, config, *, pool, offset, name):
     m.d.sync += [pool_q.eq(pool), offset_q.eq(offset),
                  word.eq(pool_q * config.context_len + offset_q)]
     return config.req_to_token + 4 * word
+
+
+def copy_table_row(m, *, step, index, count, address, addr, data, table):
+    """Write ``count`` words of an on-chip memory (word ``x`` at ``addr`` = ``x`` of a read
+    port, its word ``data``) into a ``req_to_token`` row with the ``table`` writer, the
+    caller's sub-step counter ``step`` from 0: ``TABLE_READY`` clocks for the row's address
+    (``address``, from the row's pool and seq_len the caller reads from sub-step 0 on), the
+    run started once ``table`` can take it, then the words (:func:`copy_words`, ``index``
+    counting them). Returns a signal that is high once all are taken."""
+    done = Signal(name="table_row_done")
+    with m.If(step < TABLE_READY):
+        m.d.sync += step.eq(step + 1)
+    with m.Elif(step == TABLE_READY):
+        with m.If(table.can_start):
+            m.d.comb += [table.start.eq(1), table.count.eq(count), table.address.eq(address)]
+            m.d.sync += [step.eq(TABLE_READY + 1), index.eq(0)]
+    with m.Else():
+        m.d.comb += done.eq(copy_words(m, step=step, at=TABLE_READY + 1, index=index,
+                                       count=count, addr=addr, data=data, writer=table,
+                                       address=lambda x: x))
+    return done

@@ -1,335 +1,494 @@
-"""The engine's ``verify`` command as states of its sequencer
-(``hw.dataflow.engine.PersistentEngine``; what each state does: docs/engine.md): the request
-records (checked), per request the fused verify and K7, the compaction, the result records and
-``verified_id``."""
+"""The engine's ``verify`` command (``hw.dataflow.engine.PersistentEngine``; what each state
+does: docs/engine.md): the request records (checked), per request the fused verify and K7,
+the compaction, the result records and ``verified_id``.
 
-from amaranth.hdl import Array, Cat, Const, Mux, Signal
+A refused ``verify`` (``BAD_PHASE`` outside a ``BUILT`` round, ``BAD_ARGUMENT`` for a request's
+temperature or ``top_p`` or a threshold out of range) leaves the round as it was; an accepted
+one ends it (``IDLE``).
+"""
 
+from dataclasses import asdict
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from hw.kernels.active_slots import ActiveSlots
+from hw.kernels.tree_verify import TreeVerify
+from hw.kernels.verify_result import VerifyResult
 from hw.lib.params import index_bits
 
-from .commands import Phase, Status
+from .commands import Phase, Status, unit_interval
+from .load_tree import verify_tree_layout
+from .memory_ports import reader_control_signature, writer_control_signature
 from .records import REQUEST, RESULT
-from .runs import TABLE_READY, copy_words, table_address
+from .runs import (
+    TABLE_READY,
+    copy_table_row,
+    copy_words,
+    finish,
+    idle_state,
+    table_address,
+)
 
-__all__ = ["verify_states"]
+__all__ = ["Verify"]
 
 
-def verify_states(m, c):
-    """The sequencer states of ``verify``: request records (checked), per request the fused verify
-    and K7, the compaction, the result records and ``verified_id``.
+class Verify(wiring.Component):
+    """``verify`` (see the module): started by a ``start`` transfer, finished by a ``done``
+    transfer offered in the clock the command ends. It owns the fused verify (``TreeVerify``),
+    K7 (``VerifyResult``), the compaction (``ActiveSlots``) and the memories no other command
+    uses: the request records (``verify_requests``), ``predicts``, ``verified_ids``, the
+    accepted tokens' KV slots (``commit_locs``), the requests' results (``verify_results``),
+    their ``accept_index`` rows and the compaction's ``active_inverse`` and ``active_slots``.
+    The round's memories and the engine's ports it reaches through the members below, which
+    the engine connects while the command runs.
 
-    ``c`` holds the engine's shared signals, memories and kernels (``PersistentEngine.elaborate``).
+    Parameters
+    ----------
+    params : EngineParams
+        The engine's build.
+
+    Members
+    -------
+    start : In(stream.Signature({"lfsr", "row_pitch", "requests", "logit_rows", "results",
+                                 "verified_id", "threshold_single", "threshold_acc",
+                                 "eos_token_id"}))
+        The command's ``lfsr`` (coins from the LFSR) and ``row_pitch`` (bytes between two
+        logits rows), the byte addresses of the request records (``address0``), of the first
+        logits row (``address1``), of the result records (``address2``) and of
+        ``verified_id`` (``address3``), the two thresholds (float32 bits) and
+        ``eos_token_id``.
+    done : Out(stream.Signature({"status": 3, "active_count": 16, "rows_read": 32}))
+        The ``Status``, the requests left after the compaction and the logits rows the fused
+        verify read (both 0 when the command is refused). On ``OK`` the round is over.
+    phase : In(2)
+        The round in flight's ``Phase``.
+    batch : In(range(max_batch + 1))
+        The round's requests.
+    vn, vn_last : In
+        The verify set's size ``n``, and ``n - 1`` (signed: -1 for none).
+    request_last : In(range(-1, verify_request_words + max_verify_num))
+        Words of a request record (``verify_request_words + n``) less one.
+    depths_run : In(8)
+        Depths the round has drafted (``S - 1``).
+    config : In(config_layout)
+        The engine's settings (``vocab_size``, ``req_to_token``, ``context_len``).
+    pool_at, seq_at : Out(range(max_batch + 1))
+        Batch rows read from the round's bank (``req_pool_index``, ``seq_len``)...
+    pool, seq_len : In(32)
+        ... and their words, a clock later.
+    seq_write_at : Out(range(max_batch + 1)), seq_write : Out(32), seq_write_en : Out(1)
+        A request's new ``seq_len`` into its batch row.
+    tree_read_at : Out(range(max_batch * max_verify_num))
+        A node of ``verify_tree`` read...
+    tree_read : In(verify_tree_layout)
+        ... and the node, a clock later.
+    locs_read_at : Out(range(max_batch * max_verify_num))
+        A KV slot read out of K7's copy of ``verify_cache_locs``...
+    locs_read : In(32)
+        ... and the slot, a clock later.
+    reader : Out(reader_control_signature(...))
+        The sequencer's reader (``read``): the request records.
+    results : Out(writer_control_signature(...))
+        The result writer (``result_write``): the result records, ``verified_id``.
+    table : Out(writer_control_signature(...))
+        The table writer (``table_write``): the accepted tokens' KV slots into
+        ``req_to_token``.
+    logits : Out(params.verify.read_port).array(logit_ports)
+        The fused verify's logits read ports (the engine's ``logits``).
+    tv_busy : Out(1)
+        The fused verify has a request in flight (the logits ports' ``PortCounters``).
     """
-    # predicts entries cleared so far: one per draft-token word of the records, so that the
-    # rows are clear, request after request, by the time the records are in
-    cleared = Signal(range(c.MAXB * c.MAXV + 1), name="predicts_cleared")
-    with m.State("RUN_CHECK"):
-        m.d.sync += [c.steps.eq(c.depths_run + 1), c.verified_total.eq(0), c.rows_read.eq(0),
-                     c.active_count.eq(0), c.bad_argument.eq(0), c.b.eq(0), c.i.eq(0), c.j.eq(0),
-                     cleared.eq(0)]
-        with m.If(c.phase != Phase.BUILT):
-            m.d.sync += c.status.eq(Status.BAD_PHASE)
-            m.next = "COMPLETE"
-        with m.Else():
-            m.d.comb += [c.reader.start.eq(1), c.reader.address.eq(c.cmd.address0),
-                         c.reader.count.eq(c.batch * (c.p.verify_request_words + c.vn))]
-            m.next = "RUN_RECORDS"
 
-    with m.State("RUN_RECORDS"):
-        # request records (kept for the run) with golden.tree_verify's checks:
-        # temperature finite and >= 0, top_p and the thresholds in [0, 1]; the predicts rows
-        # cleared on the way (the verify writes the accepted entries)
-        clear = c.words_taken & (c.i >= c.p.verify_request_words)
-        m.d.comb += [c.words.ready.eq(1), c.vreq_wr.addr.eq(c.b * c.VQ + c.i),
-                     c.vreq_wr.data.eq(c.words.payload), c.vreq_wr.en.eq(c.words_taken),
-                     c.predicts_wr.addr.eq(cleared), c.predicts_wr.data.eq(0),
-                     c.predicts_wr.en.eq(clear)]
-        with m.If(clear):
-            m.d.sync += cleared.eq(cleared + 1)
-        value = c.words.payload
-        not_finite = value[23:31] == 0xFF
-        negative = value[31] & (value[:31] != 0)  # -0.0 is >= 0
-        with m.If(c.words_taken):
-            m.d.sync += c.i.eq(Mux(c.i == c.request_last, 0, c.i + 1))
-            with m.If(c.i == c.request_last):
-                m.d.sync += c.b.eq(c.b + 1)
-            with m.If((c.i == REQUEST.word("temperature")) & (not_finite | negative)):
-                m.d.sync += c.bad_argument.eq(1)
-            with m.If((c.i == REQUEST.word("top_p")) & ~c.unit_interval(value)):
-                m.d.sync += c.bad_argument.eq(1)
-        with m.If(~c.reader.busy & ~c.words.valid):
-            threshold_bad = Signal()
-            for threshold in (c.cmd.threshold_single, c.cmd.threshold_acc):
-                with m.If(~c.unit_interval(threshold)):
-                    m.d.comb += threshold_bad.eq(1)
-            m.d.sync += [c.b.eq(0), c.i.eq(0), c.j.eq(0)]
-            with m.If(c.bad_argument | threshold_bad):
-                m.d.sync += c.status.eq(Status.BAD_ARGUMENT)
-                m.next = "COMPLETE"
-            with m.Else():
-                m.next = "RUN_K7_CMD"
+    def __init__(self, params):
+        self._params = p = params
+        layout = p.command_layout
+        a = p.address_width
+        rows = range(p.max_batch + 1)
+        nodes = range(p.max_batch * p.max_verify_num)
+        super().__init__({
+            "start": In(stream.Signature(data.StructLayout({
+                "lfsr": layout["lfsr"].shape, "row_pitch": layout["row_pitch"].shape,
+                "requests": a, "logit_rows": a, "results": a, "verified_id": a,
+                "threshold_single": layout["threshold_single"].shape,
+                "threshold_acc": layout["threshold_acc"].shape,
+                "eos_token_id": layout["eos_token_id"].shape}))),
+            "done": Out(stream.Signature(data.StructLayout({
+                "status": 3, "active_count": 16, "rows_read": 32}))),
+            "phase": In(2),
+            "batch": In(range(p.max_batch + 1)),
+            "vn": In(range(p.max_verify_num + 1)),
+            "vn_last": In(range(-1, p.max_verify_num)),
+            "request_last": In(range(-1, p.verify_request_words + p.max_verify_num)),
+            "depths_run": In(8),
+            "config": In(p.config_layout),
+            "pool_at": Out(rows), "seq_at": Out(rows), "pool": In(32), "seq_len": In(32),
+            "seq_write_at": Out(rows), "seq_write": Out(32), "seq_write_en": Out(1),
+            "tree_read_at": Out(nodes), "tree_read": In(verify_tree_layout),
+            "locs_read_at": Out(nodes), "locs_read": In(32),
+            "reader": Out(reader_control_signature(a, p.max_run_words, p.port_bits // 32)),
+            "results": Out(writer_control_signature(a, p.max_run_words)),
+            "table": Out(writer_control_signature(a, p.max_run_words)),
+            "logits": Out(p.verify.read_port).array(p.logit_ports),
+            "tv_busy": Out(1),
+        })
 
-    with m.State("RUN_K7_CMD"):
-        c7 = c.k7.cmd.payload
-        m.d.comb += [c.k7.cmd.valid.eq(1), c7.batch_size.eq(c.batch),
-                     c7.num_draft_tokens.eq(c.vn), c7.num_speculative_tokens.eq(c.steps),
-                     c7.eos_token_id.eq(c.cmd.eos_token_id)]
-        with m.If(c.k7.cmd.ready):
-            m.next = "RUN_REQUEST"
+    def elaborate(self, platform):
+        p = self._params
+        MAXB, MAXV, S = p.max_batch, p.max_verify_num, p.max_steps
+        VQH, VRW = p.verify_request_words, p.verify_result_words
+        VQ = VQH + MAXV  # a request's row of verify_requests: its fixed words, then its coins
+        evict_words = -(-MAXV // 32)
+        m = Module()
+        m.submodules.tv = tv = TreeVerify(**asdict(p.verify))
+        m.submodules.k7 = k7 = VerifyResult(**asdict(p.k7))
+        m.submodules.active = active = ActiveSlots(max_batch_size=MAXB)
+        for port in range(p.logit_ports):
+            wiring.connect(m, tv.read[port], wiring.flipped(self.logits[port]))
 
-    with m.State("RUN_REQUEST"):  # request b, or the end of the batch
-        m.d.sync += [c.i.eq(0), c.j.eq(0)]
-        with m.If(c.b == c.batch):
-            m.d.sync += c.b.eq(0)
-            m.next = "RUN_ACTIVE"
-        with m.Else():
-            m.next = "RUN_HEADER"
+        def memory(name, shape, depth):
+            mem = m.submodules[name] = Memory(shape=shape, depth=depth, init=[])
+            return mem.read_port(), mem.write_port()
 
-    # The byte address of request b's first logits row, from b as it was three clocks before
-    # (a free-running pipeline; RUN_HEADER holds b for more clocks than that).
-    b_nodes = Signal.like(c.verify_nodes, name="tv_b_nodes")
-    row_offset = Signal(c.p.address_width, name="tv_row_offset")
-    row_address = Signal(c.p.address_width, name="tv_row_address")
-    m.d.sync += [b_nodes.eq(c.b * c.vn), row_offset.eq(b_nodes * c.cmd.row_pitch),
-                 row_address.eq(c.cmd.address1 + row_offset)]
+        vreq_mem = m.submodules.verify_requests = Memory(shape=32, depth=MAXB * VQ, init=[])
+        vreq_rd, vreq_wr = vreq_mem.read_port(), vreq_mem.write_port()
+        coin_rd = vreq_mem.read_port()
+        predicts_rd, predicts_wr = memory("predicts", 32, MAXB * MAXV)
+        vids_rd, vids_wr = memory("verified_ids", 32, MAXB * S)
+        commit_rd, commit_wr = memory("commit_locs", 32, S)
+        vres_layout = data.StructLayout({
+            "accept_token_num": 8, "accept_length": 8, "next_root": 32, "finished": 1,
+            "seq_len": 32, "nan": 1, "offset": 32, "rows": 16, "evict": MAXV})
+        vres_rd, vres_wr = memory("verify_results", vres_layout, MAXB)
+        accept_layout = data.ArrayLayout(32, S)
+        accidx_rd, accidx_wr = memory("accept_index", accept_layout, MAXB)
+        inverse_rd, inverse_wr = memory("active_inverse", 32, MAXB)
+        aslot_rd, aslot_wr = memory("active_slots", 32, MAXB)
 
-    with m.State("RUN_HEADER"):
-        # the request's fixed words (REQUEST), one a clock, into `header`
-        m.d.comb += c.vreq_rd.addr.eq(c.b * c.VQ + c.j)
-        with m.If(c.j <= c.p.verify_request_words):
-            m.d.sync += c.j.eq(c.j + 1)
-        with m.If(c.j >= 1):
-            m.d.sync += c.header[c.j - 1].eq(c.vreq_rd.data)
-        with m.If(c.j == c.p.verify_request_words + 1):
-            m.d.sync += [c.j.eq(0), c.i.eq(0), c.accepted.eq(0), c.accept_row.eq(0)]
-            m.next = "RUN_TV_CMD"
+        command = Signal.like(self.start.payload)
+        reader, words = self.reader, self.reader.words
+        results, table = self.results, self.table
+        vn, vn_last, batch = self.vn, self.vn_last, self.batch
+        words_taken = words.valid & words.ready
+        b = Signal(range(MAXB + 1))  # request of the batch
+        # element: of a request record, of a result record, of verified_id
+        i = Signal(range(max(VQ, VRW + S + MAXV + evict_words, MAXB * S) + 2))
+        j = Signal(range(max(VQH + 1, TABLE_READY + 2) + 1))  # sub-step
+        bad_argument = Signal()
+        # predicts entries cleared so far: one per draft-token word of the records, so that
+        # the rows are clear, request after request, by the time the records are in
+        cleared = Signal(range(MAXB * MAXV + 1))
+        steps = Signal(range(S + 1))  # S
+        accepted = Signal(8)  # the request's accepted rows so far
+        accept_row = Signal(accept_layout)
+        verified_total = Signal(32)
+        rows_read = Signal(32)
+        active_count = Signal(16)
+        res = Signal(vres_layout)  # the request's result, as it is made
+        header = Array(Signal(32, name=f"header{x}") for x in range(VQH))
+        slots_written = Signal(range(MAXB + 1))  # active_slots entries written
 
-    with m.State("RUN_TV_CMD"):
-        tc = c.tv.cmd.payload
-        m.d.comb += [c.tv_busy.eq(1), c.tv.cmd.valid.eq(1), tc.lfsr.eq(c.cmd.lfsr),
-                     tc.nodes.eq(c.vn), tc.steps.eq(c.steps),
-                     tc.vocab_size.eq(c.cfg.vocab_size),
-                     tc.row_address.eq(row_address),
-                     tc.row_pitch.eq(c.cmd.row_pitch),
-                     tc.temperature.eq(c.header[REQUEST.word("temperature")]),
-                     tc.top_k.eq(c.header[REQUEST.word("top_k")]),
-                     tc.top_p.eq(c.header[REQUEST.word("top_p")]),
-                     tc.seed.eq(c.header[REQUEST.word("seed_or_final_coin")]),
-                     tc.final_coin.eq(c.header[REQUEST.word("seed_or_final_coin")]),
-                     tc.threshold_single.eq(c.cmd.threshold_single),
-                     tc.threshold_acc.eq(c.cmd.threshold_acc),
-                     c.vtree_rd.addr.eq(c.b * c.vn), c.coin_rd.addr.eq(c.b * c.VQ + c.VQH)]
-        with m.If(c.tv.cmd.ready):
-            m.next = "RUN_TV_TREE"
+        def end(status):
+            finish(m, self.done, status=status, active_count=active_count, rows_read=rows_read)
 
-    with m.State("RUN_TV_TREE"):
-        beat = c.tv.tree.payload
-        taken = c.tv.tree.ready
-        m.d.comb += [c.tv_busy.eq(1), c.vtree_rd.addr.eq(c.b * c.vn + c.i + taken),
-                     c.coin_rd.addr.eq(c.b * c.VQ + c.VQH + c.i + taken),
-                     c.tv.tree.valid.eq(1), beat.candidate.eq(c.vtree_rd.data.token),
-                     beat.index.eq(c.vtree_rd.data.index),
-                     beat.next_token.eq(c.vtree_rd.data.next),
-                     beat.next_sibling.eq(c.vtree_rd.data.sibling),
-                     beat.coin.eq(c.coin_rd.data), beat.first.eq(c.i == 0),
-                     beat.last.eq(c.i == c.vn_last)]
-        with m.If(taken):
-            m.d.sync += c.i.eq(c.i + 1)
-            with m.If(c.i == c.vn_last):
-                m.d.sync += c.i.eq(0)
-                m.next = "RUN_TV_RESULT"
+        with m.FSM(name="verify"):
+            idle_state(m, self.start, command,
+                       clear=(b, i, j, bad_argument, cleared, verified_total, rows_read,
+                              active_count))
 
-    with m.State("RUN_TV_RESULT"):
-        out = c.tv.result.payload
-        m.d.comb += [c.tv_busy.eq(1), c.tv.result.ready.eq(1),
-                     c.predicts_wr.addr.eq(out.index), c.predicts_wr.data.eq(out.token),
-                     c.predicts_wr.en.eq(c.tv.result.valid)]
-        with m.If(c.tv.result.valid):
-            m.d.sync += [c.accept_row[c.accepted[:max(1, (c.p.max_steps - 1).bit_length())]]
-                         .eq(out.index), c.accepted.eq(c.accepted + 1)]
-            with m.If(out.last):
-                m.d.sync += [c.res.nan.eq(out.nan), c.i.eq(0), c.j.eq(0)]
-                m.next = "RUN_TV_ROWS"
+            with m.State("CHECK"):
+                m.d.sync += steps.eq(self.depths_run + 1)
+                with m.If(self.phase != Phase.BUILT):
+                    end(Status.BAD_PHASE)
+                with m.Else():
+                    m.d.comb += [reader.start.eq(1), reader.address.eq(command.requests),
+                                 reader.count.eq(batch * (VQH + vn))]
+                    m.next = "RECORDS"
 
-    with m.State("RUN_TV_ROWS"):
-        m.d.sync += [c.res.rows.eq(c.tv.status.rows),
-                     c.rows_read.eq(c.rows_read + c.tv.status.rows)]
-        m.next = "RUN_K7_NODES"
+            with m.State("RECORDS"):
+                # request records (kept for the run) with golden.tree_verify's checks:
+                # temperature finite and >= 0, top_p and the thresholds in [0, 1]; the
+                # predicts rows cleared on the way (the verify writes the accepted entries)
+                clear = words_taken & (i >= VQH)
+                m.d.comb += [words.ready.eq(1), vreq_wr.addr.eq(b * VQ + i),
+                             vreq_wr.data.eq(words.payload), vreq_wr.en.eq(words_taken),
+                             predicts_wr.addr.eq(cleared), predicts_wr.data.eq(0),
+                             predicts_wr.en.eq(clear)]
+                with m.If(clear):
+                    m.d.sync += cleared.eq(cleared + 1)
+                value = words.payload
+                not_finite = value[23:31] == 0xFF
+                negative = value[31] & (value[:31] != 0)  # -0.0 is >= 0
+                with m.If(words_taken):
+                    m.d.sync += i.eq(Mux(i == self.request_last, 0, i + 1))
+                    with m.If(i == self.request_last):
+                        m.d.sync += b.eq(b + 1)
+                    with m.If((i == REQUEST.word("temperature")) & (not_finite | negative)):
+                        m.d.sync += bad_argument.eq(1)
+                    with m.If((i == REQUEST.word("top_p")) & ~unit_interval(value)):
+                        m.d.sync += bad_argument.eq(1)
+                with m.If(~reader.busy & ~words.valid):
+                    threshold_bad = Signal()
+                    for threshold in (command.threshold_single, command.threshold_acc):
+                        with m.If(~unit_interval(threshold)):
+                            m.d.comb += threshold_bad.eq(1)
+                    m.d.sync += [b.eq(0), i.eq(0), j.eq(0)]
+                    with m.If(bad_argument | threshold_bad):
+                        end(Status.BAD_ARGUMENT)
+                    with m.Else():
+                        m.next = "K7_CMD"
 
-    with m.State("RUN_K7_NODES"):
-        # predicts and KV slots of the request's n positions (read a clock ahead)
-        node7 = c.k7.nodes.payload
-        taken = c.k7.nodes.valid & c.k7.nodes.ready
-        m.d.comb += [c.predicts_rd.addr.eq(c.b * c.vn + c.i + taken),
-                     c.locs2.read_at.eq(c.b * c.vn + c.i + taken),
-                     node7.predict.eq(c.predicts_rd.data),
-                     node7.cache_loc.eq(c.locs2.read_data),
-                     node7.first.eq(c.i == 0), node7.last.eq(c.i == c.vn_last),
-                     c.k7.nodes.valid.eq(c.j == 1)]
-        with m.If(c.j == 0):
-            m.d.comb += [c.predicts_rd.addr.eq(c.b * c.vn), c.locs2.read_at.eq(c.b * c.vn)]
-            m.d.sync += c.j.eq(1)
-        with m.Elif(taken):
-            m.d.sync += c.i.eq(c.i + 1)
-            with m.If(c.i == c.vn_last):
-                m.d.sync += [c.i.eq(0), c.j.eq(0)]
-                m.next = "RUN_K7_REQUEST"
+            with m.State("K7_CMD"):
+                c7 = k7.cmd.payload
+                m.d.comb += [k7.cmd.valid.eq(1), c7.batch_size.eq(batch),
+                             c7.num_draft_tokens.eq(vn), c7.num_speculative_tokens.eq(steps),
+                             c7.eos_token_id.eq(command.eos_token_id)]
+                with m.If(k7.cmd.ready):
+                    m.next = "REQUEST"
 
-    with m.State("RUN_K7_REQUEST"):
-        rq = c.k7.request.payload
-        m.d.comb += [c.pool_rd.addr.eq(c.row(c.b)), c.seq_rd.addr.eq(c.row(c.b))]
-        with m.If(c.j == 0):  # pool and seq_len are being read
-            m.d.sync += c.j.eq(1)
-        with m.Else():
-            m.d.comb += [c.k7.request.valid.eq(1), rq.accept_token_num.eq(c.accepted - 1),
-                         rq.req_pool_index.eq(c.pool_rd.data), rq.seq_len.eq(c.seq_rd.data),
-                         rq.max_seq_len.eq(c.header[REQUEST.word("max_seq_len")])]
-            m.d.comb += [rq.accept_index[x].eq(c.accept_row[x])
-                         for x in range(c.p.max_steps)]
-            with m.If(c.k7.request.ready):
-                m.d.sync += [c.j.eq(0), c.i.eq(0), c.res.accept_token_num.eq(c.accepted - 1)]
-                m.d.comb += [c.accidx_wr.addr.eq(c.b), c.accidx_wr.data.eq(c.accept_row),
-                             c.accidx_wr.en.eq(1)]
-                m.next = "RUN_K7_OUT"
+            with m.State("REQUEST"):  # request b, or the end of the batch
+                m.d.sync += [i.eq(0), j.eq(0)]
+                with m.If(b == batch):
+                    m.d.sync += b.eq(0)
+                    m.next = "ACTIVE"
+                with m.Else():
+                    m.next = "HEADER"
 
-    with m.State("RUN_K7_OUT"):
-        # the commits (verified ids and the KV slots of the accepted tokens), then the
-        # request's result
-        commit = c.k7.commit.payload
-        m.d.comb += [c.k7.commit.ready.eq(1), c.k7.result.ready.eq(1),
-                     c.vids_wr.addr.eq(commit.verified_index),
-                     c.vids_wr.data.eq(commit.verified_id),
-                     c.vids_wr.en.eq(c.k7.commit.valid), c.commit_wr.addr.eq(c.i),
-                     c.commit_wr.data.eq(commit.kv_loc), c.commit_wr.en.eq(c.k7.commit.valid)]
-        with m.If(c.k7.commit.valid):
-            m.d.sync += c.i.eq(c.i + 1)
-        with m.If(c.k7.result.valid):
-            r7 = c.k7.result.payload
-            m.d.comb += [c.vres_wr.addr.eq(c.b), c.vres_wr.en.eq(1),
-                         c.vres_wr.data.eq(c.res),
-                         c.vres_wr.data.accept_length.eq(r7.accept_length),
-                         c.vres_wr.data.next_root.eq(r7.next_root),
-                         c.vres_wr.data.finished.eq(r7.finished),
-                         c.vres_wr.data.seq_len.eq(r7.seq_len),
-                         c.vres_wr.data.offset.eq(r7.verified_offset),
-                         c.vres_wr.data.evict.eq(r7.evict),
-                         c.seq_wr.addr.eq(c.row(c.b)), c.seq_wr.data.eq(r7.seq_len),
-                         c.seq_wr.en.eq(1)]
-            m.d.sync += [c.verified_total.eq(r7.verified_offset + r7.accept_length),
-                         c.res.accept_length.eq(r7.accept_length), c.j.eq(0)]
-            m.next = "RUN_TABLE"
+            # The byte address of request b's first logits row, from b as it was three clocks
+            # before (a free-running pipeline; HEADER holds b for more clocks than that).
+            b_nodes = Signal(range(MAXB * MAXV + 1))
+            row_offset = Signal(p.address_width)
+            row_address = Signal(p.address_width)
+            m.d.sync += [b_nodes.eq(b * vn), row_offset.eq(b_nodes * command.row_pitch),
+                         row_address.eq(command.logit_rows + row_offset)]
 
-    accepted_row = table_address(m, c.p, c.cfg, pool=c.pool_rd.data,
-                                 offset=c.seq_rd.data - c.res.accept_length, name="run_table")
-    with m.State("RUN_TABLE"):
-        # req_to_token[pool, old seq_len + x] = the accepted tokens' KV slots
-        m.d.comb += [c.pool_rd.addr.eq(c.row(c.b)), c.seq_rd.addr.eq(c.row(c.b))]
-        with m.If(c.j < TABLE_READY):  # the row's pool and seq_len, then its address
-            m.d.sync += c.j.eq(c.j + 1)
-        with m.Elif(c.j == TABLE_READY):
-            with m.If(c.twriter.can_start):
-                m.d.comb += [c.twriter.start.eq(1), c.twriter.count.eq(c.res.accept_length),
-                             c.twriter.address.eq(accepted_row)]
-                m.d.sync += [c.j.eq(TABLE_READY + 1), c.i.eq(0)]
-        with m.Else():
-            with m.If(copy_words(m, step=c.j, at=TABLE_READY + 1, index=c.i,
-                                 count=c.res.accept_length,
-                                 addr=c.commit_rd.addr, data=c.commit_rd.data,
-                                 writer=c.twriter, address=lambda x: x)):
-                m.d.sync += [c.b.eq(c.b + 1), c.j.eq(0), c.i.eq(0)]
-                m.next = "RUN_REQUEST"
+            with m.State("HEADER"):
+                # the request's fixed words (REQUEST), one a clock, into `header`
+                m.d.comb += vreq_rd.addr.eq(b * VQ + j)
+                with m.If(j <= VQH):
+                    m.d.sync += j.eq(j + 1)
+                with m.If(j >= 1):
+                    m.d.sync += header[j - 1].eq(vreq_rd.data)
+                with m.If(j == VQH + 1):
+                    m.d.sync += [j.eq(0), i.eq(0), accepted.eq(0), accept_row.eq(0)]
+                    m.next = "TV_CMD"
 
-    with m.State("RUN_ACTIVE"):
-        # the compaction of the unfinished rows
-        m.d.comb += [c.active.cmd.valid.eq(c.j == 0), c.active.cmd.payload.batch_size.eq(c.batch),
-                     c.vres_rd.addr.eq(c.i + (c.active.finished.valid & c.active.finished.ready)),
-                     c.active.finished.valid.eq((c.j == 2) & (c.i < c.batch)),
-                     c.active.finished.payload.finished.eq(c.vres_rd.data.finished),
-                     c.active.inverse.ready.eq(1), c.active.slots.ready.eq(1),
-                     c.active.count.ready.eq(1)]
-        with m.If(c.j == 0):
-            with m.If(c.active.cmd.ready):
-                m.d.sync += c.j.eq(1)
-        with m.Elif(c.j == 1):
-            m.d.comb += c.vres_rd.addr.eq(0)
-            m.d.sync += c.j.eq(2)
-        with m.If(c.active.finished.valid & c.active.finished.ready):
-            m.d.sync += c.i.eq(c.i + 1)
-        with m.If(c.active.inverse.valid):
-            m.d.comb += [c.inverse_wr.addr.eq(c.b), c.inverse_wr.data.eq(
-                c.active.inverse.payload.active_inverse), c.inverse_wr.en.eq(1)]
-            m.d.sync += c.b.eq(c.b + 1)
-        with m.If(c.active.slots.valid):
-            m.d.comb += [c.aslot_wr.addr.eq(c.rsp_x), c.aslot_wr.data.eq(
-                c.active.slots.payload.active_slot), c.aslot_wr.en.eq(1)]
-            m.d.sync += c.rsp_x.eq(c.rsp_x + 1)
-        with m.If(c.active.count.valid):
-            m.d.sync += [c.active_count.eq(c.active.count.payload.active_count),
-                         c.b.eq(0), c.i.eq(0), c.j.eq(0), c.rsp_x.eq(0)]
-            m.next = "RUN_WRITE"
+            with m.State("TV_CMD"):
+                tc = tv.cmd.payload
+                m.d.comb += [self.tv_busy.eq(1), tv.cmd.valid.eq(1), tc.lfsr.eq(command.lfsr),
+                             tc.nodes.eq(vn), tc.steps.eq(steps),
+                             tc.vocab_size.eq(self.config.vocab_size),
+                             tc.row_address.eq(row_address), tc.row_pitch.eq(command.row_pitch),
+                             tc.temperature.eq(header[REQUEST.word("temperature")]),
+                             tc.top_k.eq(header[REQUEST.word("top_k")]),
+                             tc.top_p.eq(header[REQUEST.word("top_p")]),
+                             tc.seed.eq(header[REQUEST.word("seed_or_final_coin")]),
+                             tc.final_coin.eq(header[REQUEST.word("seed_or_final_coin")]),
+                             tc.threshold_single.eq(command.threshold_single),
+                             tc.threshold_acc.eq(command.threshold_acc),
+                             self.tree_read_at.eq(b * vn), coin_rd.addr.eq(b * VQ + VQH)]
+                with m.If(tv.cmd.ready):
+                    m.next = "TV_TREE"
 
-    with m.State("RUN_WRITE"):
-        # result records (RESULT): the fixed words, accept_index [S], predicts [n], evict bits
-        words_per = c.p.verify_result_words + c.steps + c.vn + ((c.vn + 31) >> 5)
-        m.d.comb += [c.vres_rd.addr.eq(c.b), c.accidx_rd.addr.eq(c.b), c.inverse_rd.addr.eq(c.b),
-                     c.aslot_rd.addr.eq(c.b)]
-        # signed: the predicts row is read a word ahead, from y = -1 (+ the taken word)
-        x, y, zz = (Signal(range(-(c.p.verify_result_words + c.p.max_steps + c.MAXV),
-                                 c.MAXV + c.p.max_steps + 64), name=name)
-                    for name in ("past_header", "predicts_index", "evict_index"))
-        m.d.comb += [x.eq(c.i - c.p.verify_result_words), y.eq(x - c.steps), zz.eq(y - c.vn)]
-        taken = c.rwriter.words.valid & c.rwriter.words.ready
-        m.d.comb += c.predicts_rd.addr.eq(c.b * c.vn + y + taken)
-        with m.If(c.j == 0):
-            m.d.comb += [c.rwriter.start.eq(1), c.rwriter.address.eq(c.cmd.address2),
-                         c.rwriter.count.eq(c.batch * words_per)]
-            m.d.sync += c.j.eq(1)
-        with m.Elif(c.b == c.batch):
-            with m.If(c.rwriter.can_start):
-                m.d.sync += [c.j.eq(0), c.i.eq(0), c.b.eq(0)]
-                m.next = "RUN_VERIFIED"
-        with m.Elif(c.j == 1):  # the request's rows are being read
-            m.d.comb += c.predicts_rd.addr.eq(c.b * c.vn)
-            m.d.sync += [c.j.eq(2), c.i.eq(0)]
-        with m.Else():
-            r = c.vres_rd.data
-            evict_words = -(-c.MAXV // 32)
-            evict = Cat(r.evict, Const(0, 32 * evict_words - c.MAXV))
-            evict_word = Signal(32)
-            m.d.comb += evict_word.eq(evict.word_select(zz[:index_bits(evict_words)], 32)
-                                      if evict_words > 1 else evict)
-            fields = {"accept_token_num": r.accept_token_num, "accept_length": r.accept_length,
-                      "next_root": r.next_root, "finished": r.finished, "seq_len": r.seq_len,
-                      "nan_flag": r.nan, "verified_offset": r.offset,
-                      "active_slot": c.aslot_rd.data, "active_inverse": c.inverse_rd.data,
-                      "rows_read": r.rows}
-            header_words = Array(RESULT.in_order(fields))
-            value = Signal(32)
-            with m.If(c.i < c.p.verify_result_words):
-                m.d.comb += value.eq(header_words[c.i])
-            with m.Elif(x < c.steps):
-                m.d.comb += value.eq(c.accidx_rd.data[x.as_unsigned()])
-            with m.Elif(y < c.vn):
-                m.d.comb += value.eq(c.predicts_rd.data)
-            with m.Else():
-                m.d.comb += value.eq(evict_word)
-            m.d.comb += [c.rwriter.words.valid.eq(1), c.rwriter.words.payload.eq(value)]
-            with m.If(c.rwriter.words.ready):
-                m.d.sync += c.i.eq(c.i + 1)
-                with m.If(c.i == words_per - 1):
-                    m.d.sync += [c.b.eq(c.b + 1), c.i.eq(0), c.j.eq(1)]
+            with m.State("TV_TREE"):
+                beat, node = tv.tree.payload, self.tree_read
+                taken = tv.tree.ready
+                m.d.comb += [self.tv_busy.eq(1), self.tree_read_at.eq(b * vn + i + taken),
+                             coin_rd.addr.eq(b * VQ + VQH + i + taken),
+                             tv.tree.valid.eq(1), beat.candidate.eq(node.token),
+                             beat.index.eq(node.index), beat.next_token.eq(node.next),
+                             beat.next_sibling.eq(node.sibling),
+                             beat.coin.eq(coin_rd.data), beat.first.eq(i == 0),
+                             beat.last.eq(i == vn_last)]
+                with m.If(taken):
+                    m.d.sync += i.eq(i + 1)
+                    with m.If(i == vn_last):
+                        m.d.sync += i.eq(0)
+                        m.next = "TV_RESULT"
 
-    with m.State("RUN_VERIFIED"):
-        # verified_id, the accepted tokens of the batch in one list
-        with m.If(c.j == 0):
-            with m.If(c.rwriter.can_start):
-                m.d.comb += [c.rwriter.start.eq(1), c.rwriter.address.eq(c.cmd.address3),
-                             c.rwriter.count.eq(c.verified_total)]
-                m.d.sync += c.j.eq(1)
-        with m.Else():
-            done = copy_words(m, step=c.j, at=1, index=c.i, count=c.verified_total,
-                              addr=c.vids_rd.addr, data=c.vids_rd.data,
-                              writer=c.rwriter, address=lambda x: x)
-            with m.If(done & ~c.rwriter.busy & ~c.twriter.busy):
-                m.d.sync += [c.phase.eq(Phase.IDLE), c.j.eq(0), c.i.eq(0)]
-                m.next = "COMPLETE"
+            with m.State("TV_RESULT"):
+                out = tv.result.payload
+                m.d.comb += [self.tv_busy.eq(1), tv.result.ready.eq(1),
+                             predicts_wr.addr.eq(out.index), predicts_wr.data.eq(out.token),
+                             predicts_wr.en.eq(tv.result.valid)]
+                with m.If(tv.result.valid):
+                    m.d.sync += [accept_row[accepted[:max(1, (S - 1).bit_length())]]
+                                 .eq(out.index), accepted.eq(accepted + 1)]
+                    with m.If(out.last):
+                        m.d.sync += [res.nan.eq(out.nan), i.eq(0), j.eq(0)]
+                        m.next = "TV_ROWS"
+
+            with m.State("TV_ROWS"):
+                m.d.sync += [res.rows.eq(tv.status.rows),
+                             rows_read.eq(rows_read + tv.status.rows)]
+                m.next = "K7_NODES"
+
+            with m.State("K7_NODES"):
+                # predicts and KV slots of the request's n positions (read a clock ahead)
+                node7 = k7.nodes.payload
+                taken = k7.nodes.valid & k7.nodes.ready
+                m.d.comb += [predicts_rd.addr.eq(b * vn + i + taken),
+                             self.locs_read_at.eq(b * vn + i + taken),
+                             node7.predict.eq(predicts_rd.data),
+                             node7.cache_loc.eq(self.locs_read),
+                             node7.first.eq(i == 0), node7.last.eq(i == vn_last),
+                             k7.nodes.valid.eq(j == 1)]
+                with m.If(j == 0):
+                    m.d.comb += [predicts_rd.addr.eq(b * vn), self.locs_read_at.eq(b * vn)]
+                    m.d.sync += j.eq(1)
+                with m.Elif(taken):
+                    m.d.sync += i.eq(i + 1)
+                    with m.If(i == vn_last):
+                        m.d.sync += [i.eq(0), j.eq(0)]
+                        m.next = "K7_REQUEST"
+
+            with m.State("K7_REQUEST"):
+                rq = k7.request.payload
+                m.d.comb += [self.pool_at.eq(b), self.seq_at.eq(b)]
+                with m.If(j == 0):  # pool and seq_len are being read
+                    m.d.sync += j.eq(1)
+                with m.Else():
+                    m.d.comb += [k7.request.valid.eq(1), rq.accept_token_num.eq(accepted - 1),
+                                 rq.req_pool_index.eq(self.pool), rq.seq_len.eq(self.seq_len),
+                                 rq.max_seq_len.eq(header[REQUEST.word("max_seq_len")])]
+                    m.d.comb += [rq.accept_index[x].eq(accept_row[x]) for x in range(S)]
+                    with m.If(k7.request.ready):
+                        m.d.sync += [j.eq(0), i.eq(0), res.accept_token_num.eq(accepted - 1)]
+                        m.d.comb += [accidx_wr.addr.eq(b), accidx_wr.data.eq(accept_row),
+                                     accidx_wr.en.eq(1)]
+                        m.next = "K7_OUT"
+
+            with m.State("K7_OUT"):
+                # the commits (verified ids and the KV slots of the accepted tokens), then the
+                # request's result
+                commit = k7.commit.payload
+                m.d.comb += [k7.commit.ready.eq(1), k7.result.ready.eq(1),
+                             vids_wr.addr.eq(commit.verified_index),
+                             vids_wr.data.eq(commit.verified_id),
+                             vids_wr.en.eq(k7.commit.valid), commit_wr.addr.eq(i),
+                             commit_wr.data.eq(commit.kv_loc), commit_wr.en.eq(k7.commit.valid)]
+                with m.If(k7.commit.valid):
+                    m.d.sync += i.eq(i + 1)
+                with m.If(k7.result.valid):
+                    r7 = k7.result.payload
+                    m.d.comb += [vres_wr.addr.eq(b), vres_wr.en.eq(1), vres_wr.data.eq(res),
+                                 vres_wr.data.accept_length.eq(r7.accept_length),
+                                 vres_wr.data.next_root.eq(r7.next_root),
+                                 vres_wr.data.finished.eq(r7.finished),
+                                 vres_wr.data.seq_len.eq(r7.seq_len),
+                                 vres_wr.data.offset.eq(r7.verified_offset),
+                                 vres_wr.data.evict.eq(r7.evict),
+                                 self.seq_write_at.eq(b), self.seq_write.eq(r7.seq_len),
+                                 self.seq_write_en.eq(1)]
+                    m.d.sync += [verified_total.eq(r7.verified_offset + r7.accept_length),
+                                 res.accept_length.eq(r7.accept_length), j.eq(0)]
+                    m.next = "TABLE"
+
+            accepted_row = table_address(m, p, self.config, pool=self.pool,
+                                         offset=self.seq_len - res.accept_length, name="table")
+            with m.State("TABLE"):
+                # req_to_token[pool, old seq_len + x] = the accepted tokens' KV slots
+                m.d.comb += [self.pool_at.eq(b), self.seq_at.eq(b)]
+                with m.If(copy_table_row(m, step=j, index=i, count=res.accept_length,
+                                         address=accepted_row, addr=commit_rd.addr,
+                                         data=commit_rd.data, table=table)):
+                    m.d.sync += [b.eq(b + 1), j.eq(0), i.eq(0)]
+                    m.next = "REQUEST"
+
+            with m.State("ACTIVE"):
+                # the compaction of the unfinished rows
+                finished = active.finished
+                m.d.comb += [active.cmd.valid.eq(j == 0),
+                             active.cmd.payload.batch_size.eq(batch),
+                             vres_rd.addr.eq(i + (finished.valid & finished.ready)),
+                             finished.valid.eq((j == 2) & (i < batch)),
+                             finished.payload.finished.eq(vres_rd.data.finished),
+                             active.inverse.ready.eq(1), active.slots.ready.eq(1),
+                             active.count.ready.eq(1)]
+                with m.If(j == 0):
+                    with m.If(active.cmd.ready):
+                        m.d.sync += j.eq(1)
+                with m.Elif(j == 1):
+                    m.d.comb += vres_rd.addr.eq(0)
+                    m.d.sync += j.eq(2)
+                with m.If(finished.valid & finished.ready):
+                    m.d.sync += i.eq(i + 1)
+                with m.If(active.inverse.valid):
+                    m.d.comb += [inverse_wr.addr.eq(b), inverse_wr.en.eq(1),
+                                 inverse_wr.data.eq(active.inverse.payload.active_inverse)]
+                    m.d.sync += b.eq(b + 1)
+                with m.If(active.slots.valid):
+                    m.d.comb += [aslot_wr.addr.eq(slots_written), aslot_wr.en.eq(1),
+                                 aslot_wr.data.eq(active.slots.payload.active_slot)]
+                    m.d.sync += slots_written.eq(slots_written + 1)
+                with m.If(active.count.valid):
+                    m.d.sync += [active_count.eq(active.count.payload.active_count),
+                                 b.eq(0), i.eq(0), j.eq(0), slots_written.eq(0)]
+                    m.next = "WRITE"
+
+            with m.State("WRITE"):
+                # result records (RESULT): the fixed words, accept_index [S], predicts [n],
+                # evict bits
+                words_per = VRW + steps + vn + ((vn + 31) >> 5)
+                m.d.comb += [vres_rd.addr.eq(b), accidx_rd.addr.eq(b), inverse_rd.addr.eq(b),
+                             aslot_rd.addr.eq(b)]
+                # signed: the predicts row is read a word ahead, from y = -1 (+ the taken word)
+                x, y, zz = (Signal(range(-(VRW + S + MAXV), MAXV + S + 64), name=name)
+                            for name in ("past_header", "predicts_index", "evict_index"))
+                m.d.comb += [x.eq(i - VRW), y.eq(x - steps), zz.eq(y - vn)]
+                taken = results.words.valid & results.words.ready
+                m.d.comb += predicts_rd.addr.eq(b * vn + y + taken)
+                with m.If(j == 0):
+                    m.d.comb += [results.start.eq(1), results.address.eq(command.results),
+                                 results.count.eq(batch * words_per)]
+                    m.d.sync += j.eq(1)
+                with m.Elif(b == batch):
+                    with m.If(results.can_start):
+                        m.d.sync += [j.eq(0), i.eq(0), b.eq(0)]
+                        m.next = "VERIFIED"
+                with m.Elif(j == 1):  # the request's rows are being read
+                    m.d.comb += predicts_rd.addr.eq(b * vn)
+                    m.d.sync += [j.eq(2), i.eq(0)]
+                with m.Else():
+                    r = vres_rd.data
+                    evict = Cat(r.evict, Const(0, 32 * evict_words - MAXV))
+                    evict_word = Signal(32)
+                    m.d.comb += evict_word.eq(evict.word_select(zz[:index_bits(evict_words)], 32)
+                                              if evict_words > 1 else evict)
+                    fields = {"accept_token_num": r.accept_token_num,
+                              "accept_length": r.accept_length, "next_root": r.next_root,
+                              "finished": r.finished, "seq_len": r.seq_len, "nan_flag": r.nan,
+                              "verified_offset": r.offset, "active_slot": aslot_rd.data,
+                              "active_inverse": inverse_rd.data, "rows_read": r.rows}
+                    header_words = Array(RESULT.in_order(fields))
+                    value = Signal(32)
+                    with m.If(i < VRW):
+                        m.d.comb += value.eq(header_words[i])
+                    with m.Elif(x < steps):
+                        m.d.comb += value.eq(accidx_rd.data[x.as_unsigned()])
+                    with m.Elif(y < vn):
+                        m.d.comb += value.eq(predicts_rd.data)
+                    with m.Else():
+                        m.d.comb += value.eq(evict_word)
+                    m.d.comb += [results.words.valid.eq(1), results.words.payload.eq(value)]
+                    with m.If(results.words.ready):
+                        m.d.sync += i.eq(i + 1)
+                        with m.If(i == words_per - 1):
+                            m.d.sync += [b.eq(b + 1), i.eq(0), j.eq(1)]
+
+            with m.State("VERIFIED"):
+                # verified_id, the accepted tokens of the batch in one list
+                with m.If(j == 0):
+                    with m.If(results.can_start):
+                        m.d.comb += [results.start.eq(1), results.address.eq(command.verified_id),
+                                     results.count.eq(verified_total)]
+                        m.d.sync += j.eq(1)
+                with m.Else():
+                    done = copy_words(m, step=j, at=1, index=i, count=verified_total,
+                                      addr=vids_rd.addr, data=vids_rd.data, writer=results,
+                                      address=lambda x: x)
+                    with m.If(done & ~results.busy & ~table.busy):
+                        end(Status.OK)
+        return m
