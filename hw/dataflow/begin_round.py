@@ -54,15 +54,18 @@ class BeginRound(wiring.Component):
         The engine's settings (the vocabulary, the table's rows and row length, its address).
     phase : In(2), batch : In(range(max_batch + 1)), cumu_count : In(...)
         The round in flight's phase, requests and node count, saved for each of its slots.
-    row_at : Out(range(max_batch + 1)), row_new : Out(1)
-        A batch row read: in the idle bank (``row_new``) or in the round's (its save); the
-        slot, ``seq_len`` and ``req_pool_index`` and the root token (``batch_root`` at
-        ``row_at``) on the inputs below a clock later.
+    request : Out(range(max_batch + 1))
+        The request (batch row) the command is at: the row read, written, whose KV slots are
+        read or written and whose frontier is set, below.
+    row_new : Out(1)
+        Batch row ``request`` is read in the idle bank (``row_new``) or in the round's (its
+        save); the slot, ``seq_len`` and ``req_pool_index`` and the root token (``batch_root``
+        at ``request``) on the inputs below a clock later.
     slot, seq_len, pool, root : In(32)
-    row_write : Out(batch_row_layout), row_write_at, row_write_en
-        A request's row into the idle bank (and its root token).
-    kv_at : Out(range(max_batch)), kv_slot : Out(range(kv_slots))
-        A draft KV slot of a request in the idle bank, written (``kv_write``, ``kv_en``) or
+    row_write : Out(batch_row_layout), row_write_en
+        The request's row into the idle bank (and its root token).
+    kv_slot : Out(range(kv_slots))
+        A draft KV slot of the request in the idle bank, written (``kv_write``, ``kv_en``) or
         read (``kv_read``, a clock later).
     kv_write : Out(32), kv_en : Out(1), kv_read : In(32)
     info_at, info_write : Out(slot_info_layout), info_en
@@ -71,8 +74,8 @@ class BeginRound(wiring.Component):
         That slot has a ``slot_info`` row from now on.
     slot_row_at, slot_row_write, slot_row_en : Out
         A slot's row in the new round (``slot_row``).
-    frontier_at : Out(range(max_batch)), frontier_en : Out(1)
-        A request's frontier becomes the root alone (score 1.0, node 0, no mask).
+    frontier_en : Out(1)
+        The request's frontier becomes the root alone (score 1.0, node 0, no mask).
     k2_cmd : Out(stream.Signature(params.k2.host_command_layout))
         K2's host port: the initial rows (writes; their answers are dropped).
     host_idle : In(1)
@@ -96,17 +99,16 @@ class BeginRound(wiring.Component):
             "config": In(p.config_layout),
             "phase": In(2), "batch": In(rows),
             "cumu_count": In(range(p.max_node_count + p.max_candidates + 1)),
-            "row_at": Out(rows), "row_new": Out(1),
+            "request": Out(rows), "row_new": Out(1),
             "slot": In(32), "seq_len": In(32), "pool": In(32), "root": In(32),
-            "row_write": Out(batch_row_layout), "row_write_at": Out(rows),
-            "row_write_en": Out(1),
-            "kv_at": Out(rows), "kv_slot": Out(range(p.kv_slots)),
+            "row_write": Out(batch_row_layout), "row_write_en": Out(1),
+            "kv_slot": Out(range(p.kv_slots)),
             "kv_write": Out(32), "kv_en": Out(1), "kv_read": In(32),
             "info_at": Out(range(p.max_batch)), "info_write": Out(slot_info_layout),
             "info_en": Out(1), "saved_slot": Out(range(p.max_batch)), "saved_en": Out(1),
             "slot_row_at": Out(range(p.max_batch)), "slot_row_write": Out(range(p.max_batch)),
             "slot_row_en": Out(1),
-            "frontier_at": Out(range(p.max_batch)), "frontier_en": Out(1),
+            "frontier_en": Out(1),
             "k2_cmd": Out(stream.Signature(p.k2.host_command_layout)),
             "host_idle": In(1),
             "reader": Out(reader_control_signature(a, p.max_run_words, p.port_bits // 32)),
@@ -133,8 +135,7 @@ class BeginRound(wiring.Component):
         # req_to_token[pool, seq_len] of the request's row in the idle bank
         table_row = table_address(m, p, self.config, pool=self.pool, offset=self.seq_len,
                                   name="begin_table")
-        m.d.comb += [self.row_at.eq(b), self.row_new.eq(1), self.kv_at.eq(b),
-                     self.row_write_at.eq(b), self.frontier_at.eq(b)]
+        m.d.comb += [self.request.eq(b), self.row_new.eq(1)]
 
         def end(status):
             finish(m, self.done, status=status, slots=slots)

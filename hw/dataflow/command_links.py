@@ -103,18 +103,19 @@ def drive_begin_round(m, begin, c):
     idle one), its slots' saved rows; the reader, the table writer and K2's host port (whose
     answers to its writes are dropped) are its."""
     rows = c.rows
-    row = rows.row(begin.row_at, new=begin.row_new)
-    new_row = rows.row(begin.row_write_at, new=True)
+    row = rows.row(begin.request, new=begin.row_new)
+    new_row = rows.row(begin.request, new=True)
     written = begin.row_write
-    kv = rows.kv_row(begin.kv_at, begin.kv_slot, new=True)
+    kv = rows.kv_row(begin.request, begin.kv_slot, new=True)
     m.d.comb += [rows.slot_rd.addr.eq(row), rows.seq_rd.addr.eq(row), rows.pool_rd.addr.eq(row),
-                 rows.root_rd.addr.eq(begin.row_at), rows.kv_rd.addr.eq(kv), rows.kv_wr.addr.eq(kv),
-                 rows.kv_wr.data.eq(begin.kv_write), rows.kv_wr.en.eq(begin.kv_en)]
+                 rows.root_rd.addr.eq(begin.request), rows.kv_rd.addr.eq(kv),
+                 rows.kv_wr.addr.eq(kv), rows.kv_wr.data.eq(begin.kv_write),
+                 rows.kv_wr.en.eq(begin.kv_en)]
     for memory, value in ((rows.slot_wr, written.slot), (rows.seq_wr, written.seq_len),
                           (rows.pool_wr, written.pool)):
         m.d.comb += [memory.addr.eq(new_row), memory.data.eq(value),
                      memory.en.eq(begin.row_write_en)]
-    m.d.comb += [rows.root_wr.addr.eq(begin.row_write_at), rows.root_wr.data.eq(written.root),
+    m.d.comb += [rows.root_wr.addr.eq(begin.request), rows.root_wr.data.eq(written.root),
                  rows.root_wr.en.eq(begin.row_write_en),
                  rows.info_wr.addr.eq(begin.info_at), rows.info_wr.data.eq(begin.info_write),
                  rows.info_wr.en.eq(begin.info_en), rows.saving_slot.eq(begin.saved_slot),

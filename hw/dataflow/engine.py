@@ -188,9 +188,10 @@ class PersistentEngine(wiring.Component):
         r = RoundState.create(p)  # the round in flight
         cmd = Signal(p.command_layout)
         status = Signal(3)
-        stop_reason = Signal(3)  # draft_depth's completion: why drafting stopped
+        # The completion's fields of one command (0 in every other command's completion)
+        stop_reason = Signal(3)  # draft_depth's: why drafting stopped
         next_width = Signal(range(p.max_tree_width + 1))  # and the next width
-        rows_read = Signal(32)  # verify's completion: the logits rows read
+        rows_read = Signal(32)  # verify's: the logits rows read
         active_count = Signal(16)  # and the requests left active
         b = Signal(range(p.max_batch + 1))  # WATCHDOG_SAVE: the request saved
         step = Signal(range(4))  # and its sub-step
@@ -223,7 +224,7 @@ class PersistentEngine(wiring.Component):
         for _, component, link, _ in commands.values():
             link(m, component, self.command.payload, c)
         # begin_round's roots into draft_depth's frontier (written only while begin_round runs)
-        m.d.comb += [draft.root_at.eq(begin.frontier_at), draft.root_en.eq(begin.frontier_en)]
+        m.d.comb += [draft.root_at.eq(begin.request), draft.root_en.eq(begin.frontier_en)]
 
         @contextlib.contextmanager
         def running(opcode):
@@ -247,8 +248,9 @@ class PersistentEngine(wiring.Component):
                         self.command.valid & (self.command.payload.opcode == opcode))
                 with m.If(self.command.valid):
                     m.d.sync += [cmd.eq(self.command.payload), status.eq(Status.OK),
-                                 stop_reason.eq(0), next_width.eq(0), b.eq(0), step.eq(0),
-                                 remaining.eq(limit), expired.eq(0)]
+                                 stop_reason.eq(0), next_width.eq(0), active_count.eq(0),
+                                 rows_read.eq(0), b.eq(0), step.eq(0), remaining.eq(limit),
+                                 expired.eq(0)]
                     with m.Switch(self.command.payload.opcode):
                         for opcode, (name, _, _, _) in commands.items():
                             with m.Case(opcode):

@@ -9,7 +9,7 @@ one ends it (``IDLE``).
 
 from dataclasses import asdict
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -19,7 +19,7 @@ from hw.kernels.tree_verify import TreeVerify
 from hw.kernels.verify_result import VerifyResult
 from hw.lib.params import index_bits
 
-from .commands import Phase, Status, unit_interval
+from .commands import Phase, Status
 from .load_tree import verify_tree_layout
 from .memory_ports import reader_control_signature, writer_control_signature
 from .records import REQUEST, RESULT
@@ -31,6 +31,8 @@ from .runs import (
     idle_state,
     table_address,
 )
+from .verify_records import request_records_states
+from .word_banks import WordBanks
 
 __all__ = ["Verify"]
 
@@ -139,7 +141,6 @@ class Verify(wiring.Component):
         p = self._params
         MAXB, MAXV, S = p.max_batch, p.max_verify_num, p.max_steps
         VQH, VRW = p.verify_request_words, p.verify_result_words
-        VQ = VQH + MAXV  # a request's row of verify_requests: its fixed words, then its coins
         evict_words = -(-MAXV // 32)
         m = Module()
         m.submodules.tv = tv = TreeVerify(**asdict(p.verify))
@@ -152,10 +153,11 @@ class Verify(wiring.Component):
             mem = m.submodules[name] = Memory(shape=shape, depth=depth, init=[])
             return mem.read_port(), mem.write_port()
 
-        vreq_mem = m.submodules.verify_requests = Memory(shape=32, depth=MAXB * VQ, init=[])
-        vreq_rd, vreq_wr = vreq_mem.read_port(), vreq_mem.write_port()
-        coin_rd = vreq_mem.read_port()
-        predicts_rd, predicts_wr = memory("predicts", 32, MAXB * MAXV)
+        lanes = p.port_bits // 32
+        # the request records as read (a beat a clock), and predicts (cleared a beat a clock)
+        requests = m.submodules.verify_requests = WordBanks(depth=MAXB * (VQH + MAXV),
+                                                            lanes=lanes)
+        predicts = m.submodules.predicts = WordBanks(depth=MAXB * MAXV, lanes=lanes)
         vids_rd, vids_wr = memory("verified_ids", 32, MAXB * S)
         commit_rd, commit_wr = memory("commit_locs", 32, S)
         vres_layout = data.StructLayout({
@@ -168,18 +170,15 @@ class Verify(wiring.Component):
         aslot_rd, aslot_wr = memory("active_slots", 32, MAXB)
 
         command = Signal.like(self.start.payload)
-        reader, words = self.reader, self.reader.words
+        reader = self.reader
         results, table = self.results, self.table
         vn, vn_last, batch = self.vn, self.vn_last, self.batch
-        words_taken = words.valid & words.ready
         b = Signal(range(MAXB + 1))  # request of the batch
         # element: of a request record, of a result record, of verified_id
-        i = Signal(range(max(VQ, VRW + S + MAXV + evict_words, MAXB * S) + 2))
+        i = Signal(range(max(VQH + MAXV, VRW + S + MAXV + evict_words, MAXB * S) + 2))
+        record_at = Signal(range(MAXB * (VQH + MAXV) + 1))  # request b's record in `requests`
         j = Signal(range(max(VQH + 1, TABLE_READY + 2) + 1))  # sub-step
         bad_argument = Signal()
-        # predicts entries cleared so far: one per draft-token word of the records, so that
-        # the rows are clear, request after request, by the time the records are in
-        cleared = Signal(range(MAXB * MAXV + 1))
         steps = Signal(range(S + 1))  # S
         accepted = Signal(8)  # the request's accepted rows so far
         accept_row = Signal(accept_layout)
@@ -195,7 +194,7 @@ class Verify(wiring.Component):
 
         with m.FSM(name="verify"):
             idle_state(m, self.start, command,
-                       clear=(b, i, j, bad_argument, cleared, verified_total, rows_read,
+                       clear=(b, i, j, record_at, bad_argument, verified_total, rows_read,
                               active_count))
 
             with m.State("CHECK"):
@@ -207,38 +206,12 @@ class Verify(wiring.Component):
                                  reader.count.eq(batch * (VQH + vn))]
                     m.next = "RECORDS"
 
-            with m.State("RECORDS"):
-                # request records (kept for the run) with golden.tree_verify's checks:
-                # temperature finite and >= 0, top_p and the thresholds in [0, 1]; the
-                # predicts rows cleared on the way (the verify writes the accepted entries)
-                clear = words_taken & (i >= VQH)
-                m.d.comb += [words.ready.eq(1), vreq_wr.addr.eq(b * VQ + i),
-                             vreq_wr.data.eq(words.payload), vreq_wr.en.eq(words_taken),
-                             predicts_wr.addr.eq(cleared), predicts_wr.data.eq(0),
-                             predicts_wr.en.eq(clear)]
-                with m.If(clear):
-                    m.d.sync += cleared.eq(cleared + 1)
-                value = words.payload
-                not_finite = value[23:31] == 0xFF
-                negative = value[31] & (value[:31] != 0)  # -0.0 is >= 0
-                with m.If(words_taken):
-                    m.d.sync += i.eq(Mux(i == self.request_last, 0, i + 1))
-                    with m.If(i == self.request_last):
-                        m.d.sync += b.eq(b + 1)
-                    with m.If((i == REQUEST.word("temperature")) & (not_finite | negative)):
-                        m.d.sync += bad_argument.eq(1)
-                    with m.If((i == REQUEST.word("top_p")) & ~unit_interval(value)):
-                        m.d.sync += bad_argument.eq(1)
-                with m.If(~reader.busy & ~words.valid):
-                    threshold_bad = Signal()
-                    for threshold in (command.threshold_single, command.threshold_acc):
-                        with m.If(~unit_interval(threshold)):
-                            m.d.comb += threshold_bad.eq(1)
-                    m.d.sync += [b.eq(0), i.eq(0), j.eq(0)]
-                    with m.If(bad_argument | threshold_bad):
-                        end(Status.BAD_ARGUMENT)
-                    with m.Else():
-                        m.next = "K7_CMD"
+            request_records_states(
+                m, reader=reader, requests=requests, predicts=predicts, batch=batch, vn=vn,
+                request_words=self.request_last + 1,
+                thresholds=(command.threshold_single, command.threshold_acc), b=b, j=j,
+                record_at=record_at, bad=bad_argument,
+                refuse=lambda: end(Status.BAD_ARGUMENT), then="K7_CMD")
 
             with m.State("K7_CMD"):
                 c7 = k7.cmd.payload
@@ -266,11 +239,11 @@ class Verify(wiring.Component):
 
             with m.State("HEADER"):
                 # the request's fixed words (REQUEST), one a clock, into `header`
-                m.d.comb += vreq_rd.addr.eq(b * VQ + j)
+                m.d.comb += requests.read_at.eq(record_at + j)
                 with m.If(j <= VQH):
                     m.d.sync += j.eq(j + 1)
                 with m.If(j >= 1):
-                    m.d.sync += header[j - 1].eq(vreq_rd.data)
+                    m.d.sync += header[j - 1].eq(requests.read_data)
                 with m.If(j == VQH + 1):
                     m.d.sync += [j.eq(0), i.eq(0), accepted.eq(0), accept_row.eq(0)]
                     m.next = "TV_CMD"
@@ -288,7 +261,8 @@ class Verify(wiring.Component):
                              tc.final_coin.eq(header[REQUEST.word("seed_or_final_coin")]),
                              tc.threshold_single.eq(command.threshold_single),
                              tc.threshold_acc.eq(command.threshold_acc),
-                             self.tree_read_at.eq(b * vn), coin_rd.addr.eq(b * VQ + VQH)]
+                             self.tree_read_at.eq(b * vn),
+                             requests.read_at.eq(record_at + VQH)]
                 with m.If(tv.cmd.ready):
                     m.next = "TV_TREE"
 
@@ -296,11 +270,11 @@ class Verify(wiring.Component):
                 beat, node = tv.tree.payload, self.tree_read
                 taken = tv.tree.ready
                 m.d.comb += [self.tv_busy.eq(1), self.tree_read_at.eq(b * vn + i + taken),
-                             coin_rd.addr.eq(b * VQ + VQH + i + taken),
+                             requests.read_at.eq(record_at + VQH + i + taken),
                              tv.tree.valid.eq(1), beat.candidate.eq(node.token),
                              beat.index.eq(node.index), beat.next_token.eq(node.next),
                              beat.next_sibling.eq(node.sibling),
-                             beat.coin.eq(coin_rd.data), beat.first.eq(i == 0),
+                             beat.coin.eq(requests.read_data), beat.first.eq(i == 0),
                              beat.last.eq(i == vn_last)]
                 with m.If(taken):
                     m.d.sync += i.eq(i + 1)
@@ -311,8 +285,9 @@ class Verify(wiring.Component):
             with m.State("TV_RESULT"):
                 out = tv.result.payload
                 m.d.comb += [self.tv_busy.eq(1), tv.result.ready.eq(1),
-                             predicts_wr.addr.eq(out.index), predicts_wr.data.eq(out.token),
-                             predicts_wr.en.eq(tv.result.valid)]
+                             predicts.write_at.eq(out.index), predicts.write.count.eq(1),
+                             predicts.write.data[0].eq(out.token),
+                             predicts.write_en.eq(tv.result.valid)]
                 with m.If(tv.result.valid):
                     m.d.sync += [accept_row[accepted[:max(1, (S - 1).bit_length())]]
                                  .eq(out.index), accepted.eq(accepted + 1)]
@@ -329,14 +304,14 @@ class Verify(wiring.Component):
                 # predicts and KV slots of the request's n positions (read a clock ahead)
                 node7 = k7.nodes.payload
                 taken = k7.nodes.valid & k7.nodes.ready
-                m.d.comb += [predicts_rd.addr.eq(b * vn + i + taken),
+                m.d.comb += [predicts.read_at.eq(b * vn + i + taken),
                              self.locs_read_at.eq(b * vn + i + taken),
-                             node7.predict.eq(predicts_rd.data),
+                             node7.predict.eq(predicts.read_data),
                              node7.cache_loc.eq(self.locs_read),
                              node7.first.eq(i == 0), node7.last.eq(i == vn_last),
                              k7.nodes.valid.eq(j == 1)]
                 with m.If(j == 0):
-                    m.d.comb += [predicts_rd.addr.eq(b * vn), self.locs_read_at.eq(b * vn)]
+                    m.d.comb += [predicts.read_at.eq(b * vn), self.locs_read_at.eq(b * vn)]
                     m.d.sync += j.eq(1)
                 with m.Elif(taken):
                     m.d.sync += i.eq(i + 1)
@@ -394,7 +369,8 @@ class Verify(wiring.Component):
                 with m.If(copy_table_row(m, step=j, index=i, count=res.accept_length,
                                          address=accepted_row, addr=commit_rd.addr,
                                          data=commit_rd.data, table=table)):
-                    m.d.sync += [b.eq(b + 1), j.eq(0), i.eq(0)]
+                    m.d.sync += [b.eq(b + 1), j.eq(0), i.eq(0),
+                                 record_at.eq(record_at + self.request_last + 1)]
                     m.next = "REQUEST"
 
             with m.State("ACTIVE"):
@@ -439,7 +415,7 @@ class Verify(wiring.Component):
                             for name in ("past_header", "predicts_index", "evict_index"))
                 m.d.comb += [x.eq(i - VRW), y.eq(x - steps), zz.eq(y - vn)]
                 taken = results.words.valid & results.words.ready
-                m.d.comb += predicts_rd.addr.eq(b * vn + y + taken)
+                m.d.comb += predicts.read_at.eq(b * vn + y + taken)
                 with m.If(j == 0):
                     m.d.comb += [results.start.eq(1), results.address.eq(command.results),
                                  results.count.eq(batch * words_per)]
@@ -449,7 +425,7 @@ class Verify(wiring.Component):
                         m.d.sync += [j.eq(0), i.eq(0), b.eq(0)]
                         m.next = "VERIFIED"
                 with m.Elif(j == 1):  # the request's rows are being read
-                    m.d.comb += predicts_rd.addr.eq(b * vn)
+                    m.d.comb += predicts.read_at.eq(b * vn)
                     m.d.sync += [j.eq(2), i.eq(0)]
                 with m.Else():
                     r = vres_rd.data
@@ -469,7 +445,7 @@ class Verify(wiring.Component):
                     with m.Elif(x < steps):
                         m.d.comb += value.eq(accidx_rd.data[x.as_unsigned()])
                     with m.Elif(y < vn):
-                        m.d.comb += value.eq(predicts_rd.data)
+                        m.d.comb += value.eq(predicts.read_data)
                     with m.Else():
                         m.d.comb += value.eq(evict_word)
                     m.d.comb += [results.words.valid.eq(1), results.words.payload.eq(value)]

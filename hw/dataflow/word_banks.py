@@ -50,6 +50,14 @@ class WordBanks(wiring.Component):
             "read_group": Out(data.ArrayLayout(32, lanes)), "read_data": Out(32),
         })
 
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    @property
+    def lanes(self) -> int:
+        return self._lanes
+
     def elaborate(self, platform):
         m = Module()
         lanes = self._lanes
