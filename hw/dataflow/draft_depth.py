@@ -11,7 +11,6 @@ from dataclasses import asdict
 
 from amaranth.hdl import Array, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.kernels.score_sort import ScoreSortPipeline
@@ -23,7 +22,7 @@ from .memory_ports import read_port_signature, reader_control_signature, writer_
 from .proba_fetch import ProbaFetch
 from .raw_scores import raw_scores_state
 from .records import FRONTIER
-from .runs import finish, idle_state
+from .runs import finish, idle_state, memory
 from .word_banks import WordBanks
 
 __all__ = ["DraftDepth"]
@@ -124,17 +123,13 @@ class DraftDepth(wiring.Component):
         wiring.connect(m, fetch.port, wiring.flipped(self.probas_port))
         m.d.comb += self.probas_busy.eq(fetch.reader_busy)
 
-        def memory(name, shape, depth):
-            mem = m.submodules[name] = Memory(shape=shape, depth=depth, init=[])
-            return mem.read_port(), mem.write_port()
-
-        fscore_rd, fscore_wr = memory("frontier_score", 32, MAXB * WM)
-        fnode_rd, fnode_wr = memory("frontier_node", 32, MAXB * WM)
-        fmask_rd, fmask_wr = memory("frontier_mask", max(1, MI), MAXB * WM)
+        fscore_rd, fscore_wr = memory(m, "frontier_score", 32, MAXB * WM)
+        fnode_rd, fnode_wr = memory(m, "frontier_node", 32, MAXB * WM)
+        fmask_rd, fmask_wr = memory(m, "frontier_mask", max(1, MI), MAXB * WM)
         # the depth's tokens, b * n + x, written a read beat a clock
         tokens = m.submodules.tokens = WordBanks(depth=MAXB * NM, lanes=p.port_bits // 32)
-        cache_rd, cache_wr = memory("k1_cache", data.ArrayLayout(32, K), MAXB)
-        parent_rd, parent_wr = memory("k1_parents", data.ArrayLayout(k1.parent_width, K), MAXB)
+        cache_rd, cache_wr = memory(m, "k1_cache", data.ArrayLayout(32, K), MAXB)
+        parent_rd, parent_wr = memory(m, "k1_parents", data.ArrayLayout(k1.parent_width, K), MAXB)
         # begin_round's roots (the sequencer runs one command at a time: no write of ours then)
         for port, value in ((fscore_wr, ONE_BITS), (fnode_wr, 0), (fmask_wr, 0)):
             m.d.comb += [port.addr.eq(self.root_at * WM), port.data.eq(value),

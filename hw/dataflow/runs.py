@@ -1,13 +1,15 @@
 """Sequencer steps shared by the engine's commands: a command component's start and finish,
-a read run's words into on-chip memories, an on-chip memory's words into a write run (or a
-``req_to_token`` row), and the address of a ``req_to_token`` row."""
+an on-chip memory and its ports, a read run's words into on-chip memories, an on-chip memory's
+words into a write run (or a ``req_to_token`` row), and the address of a ``req_to_token``
+row."""
 
 from amaranth.hdl import Mux, Signal
+from amaranth.lib.memory import Memory
 
 from hw.lib.params import index_bits
 
-__all__ = ["idle_state", "finish", "copy_words", "copy_group", "store_locs_states", "table_address",
-           "copy_table_row", "TABLE_ADDRESS_LATENCY", "TABLE_READY"]
+__all__ = ["idle_state", "finish", "memory", "copy_words", "copy_group", "store_locs_states",
+           "table_address", "copy_table_row", "TABLE_ADDRESS_LATENCY", "TABLE_READY"]
 
 #: Clocks from a ``table_address`` input to its output (see there).
 TABLE_ADDRESS_LATENCY = 2
@@ -33,6 +35,13 @@ def finish(m, done, **fields):
                  *(getattr(done.payload, name).eq(value) for name, value in fields.items())]
     with m.If(done.ready):
         m.next = "IDLE"
+
+
+def memory(m, name, shape, depth):
+    """A ``Memory`` of ``depth`` words of ``shape`` (no initial contents), submodule ``name``
+    of ``m``; returns its read port and its write port."""
+    mem = m.submodules[name] = Memory(shape=shape, depth=depth, init=[])
+    return mem.read_port(), mem.write_port()
 
 
 def _copy(m, *, step, at, index, count, size, port, read_at, payload):

@@ -13,6 +13,7 @@ from amaranth.lib.memory import Memory
 
 from .load_tree import verify_tree_layout
 from .read_state import slot_info_layout
+from .runs import memory
 from .word_banks import WordBanks
 
 __all__ = ["RoundState", "RoundMemories", "EngineShared"]
@@ -121,20 +122,16 @@ class RoundMemories:
         MAXB, MAXV = p.max_batch, p.max_verify_num
         lanes = p.port_bits // 32
 
-        def memory(name, shape, depth):
-            mem = m.submodules[name] = Memory(shape=shape, depth=depth, init=[])
-            return mem.read_port(), mem.write_port()
-
-        slot_rd, slot_wr = memory("batch_slot", range(MAXB), 2 * MAXB)
+        slot_rd, slot_wr = memory(m, "batch_slot", range(MAXB), 2 * MAXB)
         seq_mem = m.submodules.batch_seq_len = Memory(shape=32, depth=2 * MAXB, init=[])
-        pool_rd, pool_wr = memory("batch_pool", 32, 2 * MAXB)
-        kv_rd, kv_wr = memory("batch_kv_slots", 32, 2 * MAXB * p.kv_slots)
-        root_rd, root_wr = memory("batch_root", 32, MAXB)
+        pool_rd, pool_wr = memory(m, "batch_pool", 32, 2 * MAXB)
+        kv_rd, kv_wr = memory(m, "batch_kv_slots", 32, 2 * MAXB * p.kv_slots)
+        root_rd, root_wr = memory(m, "batch_root", 32, MAXB)
         locs = m.submodules.verify_cache_locs = WordBanks(depth=MAXB * MAXV, lanes=lanes)
         locs2 = m.submodules.verify_cache_locs_k7 = WordBanks(depth=MAXB * MAXV, lanes=lanes)
-        vtree_rd, vtree_wr = memory("verify_tree", verify_tree_layout, MAXB * MAXV)
-        info_rd, info_wr = memory("slot_info", slot_info_layout, MAXB)
-        slot_row_rd, slot_row_wr = memory("slot_row", range(MAXB), MAXB)
+        vtree_rd, vtree_wr = memory(m, "verify_tree", verify_tree_layout, MAXB * MAXV)
+        info_rd, info_wr = memory(m, "slot_info", slot_info_layout, MAXB)
+        slot_row_rd, slot_row_wr = memory(m, "slot_row", range(MAXB), MAXB)
         saved = Signal(MAXB, name="saved")
         saving, saving_slot = Signal(name="saving"), Signal(range(MAXB), name="saving_slot")
         with m.If(saving):

@@ -11,7 +11,6 @@ from dataclasses import asdict
 
 from amaranth.hdl import Array, Cat, Const, Module, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.kernels.active_slots import ActiveSlots
@@ -29,6 +28,7 @@ from .runs import (
     copy_words,
     finish,
     idle_state,
+    memory,
     table_address,
 )
 from .verify_records import request_records_states
@@ -149,25 +149,21 @@ class Verify(wiring.Component):
         for port in range(p.logit_ports):
             wiring.connect(m, tv.read[port], wiring.flipped(self.logits[port]))
 
-        def memory(name, shape, depth):
-            mem = m.submodules[name] = Memory(shape=shape, depth=depth, init=[])
-            return mem.read_port(), mem.write_port()
-
         lanes = p.port_bits // 32
         # the request records as read (a beat a clock), and predicts (cleared a beat a clock)
         requests = m.submodules.verify_requests = WordBanks(depth=MAXB * (VQH + MAXV),
                                                             lanes=lanes)
         predicts = m.submodules.predicts = WordBanks(depth=MAXB * MAXV, lanes=lanes)
-        vids_rd, vids_wr = memory("verified_ids", 32, MAXB * S)
-        commit_rd, commit_wr = memory("commit_locs", 32, S)
+        vids_rd, vids_wr = memory(m, "verified_ids", 32, MAXB * S)
+        commit_rd, commit_wr = memory(m, "commit_locs", 32, S)
         vres_layout = data.StructLayout({
             "accept_token_num": 8, "accept_length": 8, "next_root": 32, "finished": 1,
             "seq_len": 32, "nan": 1, "offset": 32, "rows": 16, "evict": MAXV})
-        vres_rd, vres_wr = memory("verify_results", vres_layout, MAXB)
+        vres_rd, vres_wr = memory(m, "verify_results", vres_layout, MAXB)
         accept_layout = data.ArrayLayout(32, S)
-        accidx_rd, accidx_wr = memory("accept_index", accept_layout, MAXB)
-        inverse_rd, inverse_wr = memory("active_inverse", 32, MAXB)
-        aslot_rd, aslot_wr = memory("active_slots", 32, MAXB)
+        accidx_rd, accidx_wr = memory(m, "accept_index", accept_layout, MAXB)
+        inverse_rd, inverse_wr = memory(m, "active_inverse", 32, MAXB)
+        aslot_rd, aslot_wr = memory(m, "active_slots", 32, MAXB)
 
         command = Signal.like(self.start.payload)
         reader = self.reader
