@@ -39,11 +39,12 @@ def test_port_runs_follow_the_outcome():
     draft = host.draft_depth(probas, np.zeros((2, 4), np.int64))
     assert draft["opcode"] == Opcode.DRAFT_DEPTH
     assert not any(host.port_runs(Step("draft_depth", draft, Status.BAD_PHASE)).values())
-    # the first request's probabilities are read beside the tokens, before their check
-    assert host.port_runs(Step("draft_depth", draft, Status.BAD_ARGUMENT))["read"] == \
-        [(host.tokens, 8), (host.probas, 4)]
+    # every request's probabilities are read beside the tokens, before their check
+    refused = host.port_runs(Step("draft_depth", draft, Status.BAD_ARGUMENT))
+    assert refused["read"] == [(host.tokens, 8), (host.probas, 8)]
+    assert refused["result_write"] == []
     runs = host.port_runs(Step("draft_depth", draft, Status.OK, next_tree_width=2))
-    assert runs["read"] == [(host.tokens, 8), (host.probas, 4), (host.probas + 16, 4)]
+    assert runs["read"] == [(host.tokens, 8), (host.probas, 8)]
     assert runs["result_write"] == [(host.frontier, 2 * 2 * params.frontier_words)]
     stopped = Step("draft_depth", draft, Status.OK, stop_reason="depths")
     assert host.port_runs(stopped)["result_write"] == []

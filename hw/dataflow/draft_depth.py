@@ -145,18 +145,16 @@ class DraftDepth(wiring.Component):
         ws_last = Signal(range(-1, MAXV + K), init=-1)  # ws0 + K - 1: K3's scores per row, less one
         token_at = Signal(range(MAXB * NM + p.port_bits // 32))
         bad_argument = Signal()
-        fetched_ahead = Signal()  # the fetch of the request's probabilities is started
         parent_scores = Array(Signal(32, name=f"parent_score{w}") for w in range(WM))
         result = Signal(k1.result_layout)
         next_width = Signal(range(WM + 1))
         stop_reason = Signal(3)
         primed = Signal()  # FRONTIER_READ: request b's rows of the memories are out
+        feed_start = Signal()  # the depth's tokens are in: K1's feed begins
+        f = Signal(range(MAXB + 1))  # the request K1's feed is at
+        f_at = Signal(range(MAXB * NM + 1))  # its first probability (f * n)
+        f_step = Signal(range(WM + 3))  # its sub-step
         m.d.comb += self.row_at.eq(b)  # by default
-
-        def fetch_probas(request, count=n):
-            """Start the read of ``request``'s ``count`` probabilities (while none runs)."""
-            m.d.comb += [fetch.start.eq(1), fetch.count.eq(count),
-                         fetch.address.eq(command.probas + 4 * (request * count))]
 
         def end(status, **fields):
             finish(m, self.done, status=status, next_width=next_width, stop_reason=stop_reason,
@@ -170,7 +168,7 @@ class DraftDepth(wiring.Component):
 
         with m.FSM(name="draft_depth"):
             idle_state(m, self.start, command,
-                       clear=(b, i, j, fetched_ahead, bad_argument, next_width, stop_reason))
+                       clear=(b, i, j, bad_argument, next_width, stop_reason))
 
             with m.State("CHECK"):
                 width_k = self.width * K
@@ -187,9 +185,9 @@ class DraftDepth(wiring.Component):
                     m.d.comb += [reader.start.eq(1), reader.address.eq(command.tokens),
                                  reader.count.eq(self.batch * width_k)]
                     m.d.sync += token_at.eq(0)
-                    with m.If(self.batch != 0):  # the first request's probabilities too
-                        fetch_probas(0, width_k)
-                        m.d.sync += fetched_ahead.eq(1)
+                    with m.If(self.batch != 0):  # every request's probabilities beside them
+                        m.d.comb += [fetch.start.eq(1), fetch.address.eq(command.probas),
+                                     fetch.count.eq(self.batch * width_k)]
                     m.next = "TOKENS"
 
             with m.State("TOKENS"):
@@ -211,48 +209,12 @@ class DraftDepth(wiring.Component):
                     with m.Elif(self.batch == 0):
                         end(Status.OK, depth_run=1)
                     with m.Else():
-                        m.next = "PROBAS"
-
-            with m.State("PROBAS"):
-                # Request b: its probabilities (unless they were fetched ahead) and the
-                # frontier's scores.
-                with m.If(b == self.batch):
-                    m.d.sync += [b.eq(0), i.eq(0), j.eq(0)]
-                    m.next = "K3_COMMAND"
-                with m.Elif(j == 0):
-                    with m.If(~fetched_ahead):
-                        fetch_probas(b)
-                    m.d.sync += [j.eq(1), i.eq(0), fetched_ahead.eq(0)]
-                with m.Else():
-                    # the frontier scores, one per clock (a clock behind their read)
-                    m.d.comb += fscore_rd.addr.eq(b * WM + j - 1)
-                    with m.If(j <= WM + 1):
-                        m.d.sync += j.eq(j + 1)
-                    with m.If((j >= 2) & (j <= WM + 1)):
-                        m.d.sync += parent_scores[j - 2].eq(fscore_rd.data)
-                    with m.If(~fetch.fetching & (j == WM + 2)):
-                        m.d.sync += [j.eq(0), i.eq(0)]
-                        m.next = "K1"
-
-            with m.State("K1"):
-                k1_req = k1.i.payload
-                m.d.comb += [k1.i.valid.eq(1), k1_req.tree_width.eq(self.width),
-                             k1_req.cumu_count.eq(self.cumu_count), k1_req.first.eq(b == 0),
-                             k1_req.last.eq(b == self.batch - 1),
-                             k1_req.probas.eq(fetch.probas)]
-                m.d.comb += [k1_req.parent_scores[w].eq(parent_scores[w]) for w in range(WM)]
-                m.d.sync += token_at.eq(b * n)  # request b's first token, for K2_SEND
-                with m.If(k1.i.ready):
-                    m.next = "K1_RESULT"
-                    # K1 has the probabilities: the next request's come in while this one is
-                    # sorted and updated (not at depth 1, whose RAW_SCORES reads this
-                    # request's after K2)
-                    with m.If((b + 1 < self.batch) & (self.depth != 1)):
-                        fetch_probas(b + 1)
-                        m.d.sync += fetched_ahead.eq(1)
+                        m.d.comb += feed_start.eq(1)
+                        m.next = "K1_RESULT"
 
             with m.State("K1_RESULT"):
                 m.d.comb += k1.o.ready.eq(1)
+                m.d.sync += token_at.eq(b * n)  # request b's first token, for K2_SEND
                 with m.If(k1.o.valid):
                     m.d.sync += result.eq(k1.o.payload)
                     m.d.comb += [cache_wr.addr.eq(b), cache_wr.data.eq(k1.o.payload.cache),
@@ -295,11 +257,18 @@ class DraftDepth(wiring.Component):
                         m.next = "RAW_SCORES"
                     with m.Else():
                         m.d.sync += b.eq(b + 1)
-                        m.next = "PROBAS"
+                        m.next = "NEXT_REQUEST"
 
             raw_scores_state(m, p, k2_cmd=k2_cmd, k2_rsp=k2_rsp, slot=self.slot,
                              probas=fetch.probas, first=self.cumu_count, n=n, n_last=n_last,
-                             read=i, written=j, request=b, then="PROBAS")
+                             read=i, written=j, request=b, then="NEXT_REQUEST")
+
+            with m.State("NEXT_REQUEST"):
+                with m.If(b == self.batch):
+                    m.d.sync += [b.eq(0), i.eq(0), j.eq(0)]
+                    m.next = "K3_COMMAND"
+                with m.Else():
+                    m.next = "K1_RESULT"
 
             with m.State("K3_COMMAND"):
                 k3_cmd = k3.cmd.payload
@@ -412,4 +381,45 @@ class DraftDepth(wiring.Component):
                         m.d.sync += j.eq(j + 1)
                         with m.If(j == next_width - 1):
                             m.d.sync += [b.eq(b + 1), i.eq(0), j.eq(0), primed.eq(0)]
+
+        # K1's feed: request f's probabilities (out of the banks the command's start filled)
+        # and the frontier's scores into K1, ahead of the FSM above, which takes K1's results
+        # in order (K1 of request f + 1 while K2 updates request f). Depth 1 rescores request
+        # f with the probabilities loaded for K1 after K2, so there the feed waits for the FSM
+        # to reach request f.
+        with m.FSM(name="k1_feed"):
+            with m.State("IDLE"):
+                with m.If(feed_start):
+                    m.d.sync += [f.eq(0), f_at.eq(0), f_step.eq(0)]
+                    m.next = "PROBAS"
+
+            with m.State("PROBAS"):
+                with m.If(f_step == 0):
+                    with m.If(((self.depth != 1) | (b == f)) & ~fetch.fetching):
+                        m.d.comb += [fetch.load.eq(1), fetch.load_at.eq(f_at),
+                                     fetch.load_count.eq(n)]
+                        m.d.sync += f_step.eq(1)
+                with m.Else():
+                    # the frontier scores, one per clock (a clock behind their read)
+                    m.d.comb += fscore_rd.addr.eq(f * WM + f_step - 1)
+                    with m.If(f_step <= WM + 1):
+                        m.d.sync += f_step.eq(f_step + 1)
+                    with m.If((f_step >= 2) & (f_step <= WM + 1)):
+                        m.d.sync += parent_scores[f_step - 2].eq(fscore_rd.data)
+                    with m.If(~fetch.loading & (f_step == WM + 2)):
+                        m.next = "K1"
+
+            with m.State("K1"):
+                k1_req = k1.i.payload
+                m.d.comb += [k1.i.valid.eq(1), k1_req.tree_width.eq(self.width),
+                             k1_req.cumu_count.eq(self.cumu_count), k1_req.first.eq(f == 0),
+                             k1_req.last.eq(f == self.batch - 1),
+                             k1_req.probas.eq(fetch.probas)]
+                m.d.comb += [k1_req.parent_scores[w].eq(parent_scores[w]) for w in range(WM)]
+                with m.If(k1.i.ready):
+                    m.d.sync += [f.eq(f + 1), f_at.eq(f_at + n), f_step.eq(0)]
+                    with m.If(f + 1 == self.batch):
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.next = "PROBAS"
         return m

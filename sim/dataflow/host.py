@@ -172,7 +172,7 @@ class EngineHost:
                                 address1=self.tokens, address2=self.frontier)
         b, n = np.shape(probas) if np.ndim(probas) == 2 else (0, 0)
         self._layouts[command["tag"]] = dict(
-            tokens=[(self.tokens, b * n)], probas=[(self.probas + 4 * n * x, n) for x in range(b)])
+            tokens=[(self.tokens, b * n)], probas=[(self.probas, b * n)], batch=b)
         return command
 
     def port_runs(self, step):
@@ -184,9 +184,8 @@ class EngineHost:
           ``max_batch``: refused unread); once every check passed, each request's ``MI + 1``
           KV slots into its ``req_to_token`` row from ``seq_len``.
         * ``draft_depth``: nothing when refused for its phase or width; else every token in
-          (checked before anything is written) and the first request's probabilities beside
-          them; when the tokens are good the other requests' probabilities, then the next
-          frontier's records out unless drafting stopped.
+          (checked before anything is written) and every probability beside them; when the
+          tokens are good the next frontier's records out unless drafting stopped.
         * ``build_verify``: nothing when refused; else the verify KV slots and each request's
           ``req_to_token`` prefix (``seq_len`` words, for ``kv_indices``) in, the tree
           records, the three indptrs and ``kv_indices`` out on ``result_write``, the mask
@@ -213,13 +212,11 @@ class EngineHost:
                 self._round = layout["rows"]
                 runs["table_write"] = [(row + 4 * seq, p.kv_slots) for row, seq in self._round]
         elif opcode == Opcode.DRAFT_DEPTH and status in (Status.OK, Status.BAD_ARGUMENT):
-            # the first request's probabilities are read beside the tokens, before their check
-            runs["read"] = list(layout["tokens"]) + layout["probas"][:1]
-            if ok:
-                runs["read"] += layout["probas"][1:]
-                if not step.stop_reason:
-                    runs["result_write"] = [(self.frontier, len(layout["probas"])
-                                             * step.next_tree_width * p.frontier_words)]
+            # the probabilities are read beside the tokens, before their check
+            runs["read"] = list(layout["tokens"]) + list(layout["probas"])
+            if ok and not step.stop_reason:
+                runs["result_write"] = [(self.frontier, layout["batch"]
+                                         * step.next_tree_width * p.frontier_words)]
         elif opcode == Opcode.BUILD_VERIFY and ok:
             n, rows = step.verify["n"], self._round
             self._verify_size = n
