@@ -60,6 +60,9 @@ _TERM_UP = 17  # e / 2**-48 = E * 2**(17 - k)
 #: port), accumulated a clock later, top piece first: MULTIPLY takes MUL_PIECES + 1 clocks.
 MUL_PIECE = 17
 MUL_PIECES = -(-SUM_BITS // MUL_PIECE)
+#: Clocks from a request's ``cmd`` transfer (clock 0) to the start of its root row's read when
+#: the tree and the root's decode take longer: the row's address registers settle in 6.
+ROOT_START = 7
 
 
 class TreeVerify(KernelComponent):
@@ -363,7 +366,20 @@ class TreeVerify(KernelComponent):
         w_beat = Signal(p.tree_layout)
         m.d.sync += [w_valid.eq(tree.valid & tree.ready), w_beat.eq(tree.payload)]
 
-        with m.FSM(name="state"):
+        # The root's row is read while the tree comes in (its address is the request's
+        # first row): the loaders start ROOT_START clocks after the command, when their
+        # address registers have settled (see row_offset), unless ROW comes first.
+        settle = Signal(range(ROOT_START + 1))
+        root_started = Signal()
+        start_row = Signal()
+        with m.If(settle != ROOT_START):
+            m.d.sync += settle.eq(settle + 1)
+        with m.If(start_row):
+            for loader in loaders:
+                m.d.comb += loader.start.eq(1)
+            m.d.sync += rows.eq(rows + 1)
+
+        with m.FSM(name="state") as fsm:
             with m.State("IDLE"):
                 m.d.comb += cmd.ready.eq(1)
                 with m.If(cmd.valid):
@@ -380,6 +396,7 @@ class TreeVerify(KernelComponent):
                                              _MIN_THRESHOLD_ACC, payload.threshold_acc)),
                         final_coin.eq(payload.final_coin), cur.eq(0), nan.eq(0), rows.eq(0),
                         row.eq(0), cycles.eq(1), busy.eq(1), accepted.eq(0), error.eq(0),
+                        settle.eq(0), root_started.eq(0),
                     ]
                     m.d.comb += [lfsr.load.eq(1), lfsr.seed.eq(payload.seed)]
                     m.next = "TREE"
@@ -424,9 +441,9 @@ class TreeVerify(KernelComponent):
             # --- a row: load, constants, passes ----------------------------------------------
             with m.State("ROW"):
                 # (The loaders' addresses follow `row` two clocks later: see row_offset.)
-                for loader in loaders:
-                    m.d.comb += loader.start.eq(1)
-                m.d.sync += [wait.eq(0), rows.eq(rows + 1)]
+                with m.If(~root_started):
+                    m.d.comb += start_row.eq(1)
+                m.d.sync += [wait.eq(0), root_started.eq(0)]
                 m.next = "LOADING"
             with m.State("LOADING"):
                 with m.If(Cat(loader.busy for loader in loaders) == 0):
@@ -750,6 +767,11 @@ class TreeVerify(KernelComponent):
                 with m.If(result.ready):
                     m.d.sync += busy.eq(0)
                     m.next = "IDLE"
+        with m.If((settle == ROOT_START - 1) & ~root_started
+                  & (fsm.ongoing("TREE") | fsm.ongoing("FINAL_COIN") | fsm.ongoing("ROOT")
+                     | fsm.ongoing("ROOT_DATA"))):
+            m.d.comb += start_row.eq(1)
+            m.d.sync += root_started.eq(1)
         return m
 
 

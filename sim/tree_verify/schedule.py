@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hw.kernels.tree_verify import MUL_PIECES
+from hw.kernels.tree_verify import MUL_PIECES, ROOT_START
 from hw.kernels.tree_verify_lane import KEY_BITS, LogitLane
 from hw.kernels.tree_verify_loader import merge_latency
 from hw.kernels.tree_verify_params import TreeVerifyParams, chunk_words
@@ -49,21 +49,28 @@ class Costs:
         row_words = -(-vocab // self.params.port_logits)
         return chunk, min(chunk, row_words)
 
-    def load(self, vocab: int) -> int:
-        """ROW, LOADING (bursts out, the latency, port 0's words, the max pipeline, the merge)
-        and LOADED."""
-        p = self.params
+    def read(self, vocab: int) -> int:
+        """Clocks from the loaders' start to their last one busy: the bursts out, the
+        latency, port 0's words, the max pipeline."""
         _, first = self.words(vocab)
-        done_latency = 4 + (p.port_logits.bit_length() - 1)
-        return 1 + (first + self.latency + done_latency + merge_latency(p.read_ports) + 1) + 1
+        return first + self.latency + 4 + (self.params.port_logits.bit_length() - 1)
+
+    def load(self, vocab: int, *, row_at: int = ROOT_START) -> int:
+        """ROW, LOADING (the read, the merge) and LOADED, from ROW at clock ``row_at`` of the
+        request; the root's read starts at clock ``ROOT_START`` whatever ``row_at`` (at
+        least ``ROOT_START``), other rows' at ROW (the default)."""
+        waited = max(1, self.read(vocab) + ROOT_START + 1 - row_at)
+        return 1 + waited + merge_latency(self.params.read_ports) + 1
 
     def pass_(self, words: int) -> int:
         """A lane pass over ``words`` bank words: issue, lanes, adder tree, drain."""
         return words + self.tree_levels + self.lane + 4
 
-    def row(self, vocab: int, *, greedy: bool, top_k: bool, top_p: bool) -> int:
-        """One visited row up to its first decision (STEP included)."""
-        cycles = self.load(vocab) + 1  # + STEP
+    def row(self, vocab: int, *, greedy: bool, top_k: bool, top_p: bool,
+            row_at: int = ROOT_START) -> int:
+        """One visited row up to its first decision (STEP included), its ROW at clock
+        ``row_at`` of the request (see ``load``)."""
+        cycles = self.load(vocab, row_at=row_at) + 1  # + STEP
         if greedy:
             return cycles
         chunk, _ = self.words(vocab)
@@ -119,8 +126,9 @@ def request_cycles(costs: Costs, call, b: int, trace: dict) -> int:
     threshold_acc = np.float32(max(np.float32(call.threshold_acc), np.float32(1e-9)))
     divide = int(threshold_acc.view(np.uint32)) != _ONE
     cycles = 1 + (n + 1) + 1 + 1 + (1 if greedy else costs.temperature - 1)
-    rows = 1 + sum(accepted for *_, accepted in trace["decisions"])
-    cycles += rows * costs.row(vocab, greedy=greedy, top_k=top_k, top_p=top_p)
+    passes = dict(greedy=greedy, top_k=top_k, top_p=top_p)
+    children = sum(accepted for *_, accepted in trace["decisions"])
+    cycles += costs.row(vocab, row_at=cycles, **passes) + children * costs.row(vocab, **passes)
     cycles += sum(costs.decision(greedy=greedy, kept=kept, accepted=accepted, divide=divide)
                   for _, _, kept, accepted in trace["decisions"])
     cycles += 1  # FINAL
