@@ -9,19 +9,18 @@ one ends it (``IDLE``).
 
 from dataclasses import asdict
 
-from amaranth.hdl import Array, Cat, Const, Module, Signal
+from amaranth.hdl import Array, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.kernels.active_slots import ActiveSlots
 from hw.kernels.tree_verify import TreeVerify
 from hw.kernels.verify_result import VerifyResult
-from hw.lib.params import index_bits
 
 from .commands import Phase, Status
 from .load_tree import verify_tree_layout
 from .memory_ports import reader_control_signature, writer_control_signature
-from .records import REQUEST, RESULT
+from .records import REQUEST
 from .runs import (
     TABLE_READY,
     copy_table_row,
@@ -32,6 +31,7 @@ from .runs import (
     table_address,
 )
 from .verify_records import request_records_states
+from .verify_results import result_records_state
 from .word_banks import WordBanks
 
 __all__ = ["Verify"]
@@ -93,7 +93,7 @@ class Verify(wiring.Component):
         ... and the slot, a clock later.
     reader : Out(reader_control_signature(...))
         The sequencer's reader (``read``): the request records.
-    results : Out(writer_control_signature(...))
+    results : Out(writer_control_signature(..., result_group_words))
         The result writer (``result_write``): the result records, ``verified_id``.
     table : Out(writer_control_signature(...))
         The table writer (``table_write``): the accepted tokens' KV slots into
@@ -131,7 +131,7 @@ class Verify(wiring.Component):
             "tree_read_at": Out(nodes), "tree_read": In(verify_tree_layout),
             "locs_read_at": Out(nodes), "locs_read": In(32),
             "reader": Out(reader_control_signature(a, p.max_run_words, p.port_bits // 32)),
-            "results": Out(writer_control_signature(a, p.max_run_words)),
+            "results": Out(writer_control_signature(a, p.max_run_words, p.result_group_words)),
             "table": Out(writer_control_signature(a, p.max_run_words)),
             "logits": Out(p.verify.read_port).array(p.logit_ports),
             "tv_busy": Out(1),
@@ -140,8 +140,7 @@ class Verify(wiring.Component):
     def elaborate(self, platform):
         p = self._params
         MAXB, MAXV, S = p.max_batch, p.max_verify_num, p.max_steps
-        VQH, VRW = p.verify_request_words, p.verify_result_words
-        evict_words = -(-MAXV // 32)
+        VQH = p.verify_request_words
         m = Module()
         m.submodules.tv = tv = TreeVerify(**asdict(p.verify))
         m.submodules.k7 = k7 = VerifyResult(**asdict(p.k7))
@@ -169,15 +168,25 @@ class Verify(wiring.Component):
         reader = self.reader
         results, table = self.results, self.table
         vn, vn_last, batch = self.vn, self.vn_last, self.batch
-        b = Signal(range(MAXB + 1))  # request of the batch
-        # element: of a request record, of a result record, of verified_id
-        i = Signal(range(max(VQH + MAXV, VRW + S + MAXV + evict_words, MAXB * S) + 2))
+        b = Signal(range(MAXB + 1))  # request of the batch (the fused verify's)
+        k7_b = Signal(range(MAXB + 1))  # the request K7 and the table writes are at
+        k7_i = Signal(range(max(MAXV, S) + 2))  # its node or accepted token
+        k7_j = Signal(range(TABLE_READY + 3))  # its sub-step
+        k7_start = Signal()  # the fused verify hands request b to K7's FSM
+        k7_idle = Signal()  # K7's FSM has no request
+        # element: of a request record (the tree beats), of verified_id
+        i = Signal(range(max(VQH + MAXV, MAXB * S) + 2))
         record_at = Signal(range(MAXB * (VQH + MAXV) + 1))  # request b's record in `requests`
-        j = Signal(range(max(VQH + 1, TABLE_READY + 2) + 1))  # sub-step
+        j = Signal(range(VQH + 2))  # sub-step
         bad_argument = Signal()
         steps = Signal(range(S + 1))  # S
         accepted = Signal(8)  # the request's accepted rows so far
         accept_row = Signal(accept_layout)
+        # what K7's FSM takes from the fused verify with its request
+        k7_accepted = Signal(8)
+        k7_accept_row = Signal(accept_layout)
+        k7_max_seq_len = Signal(32)
+        tv_nan = Signal()
         verified_total = Signal(32)
         rows_read = Signal(32)
         active_count = Signal(16)
@@ -220,8 +229,9 @@ class Verify(wiring.Component):
             with m.State("REQUEST"):  # request b, or the end of the batch
                 m.d.sync += [i.eq(0), j.eq(0)]
                 with m.If(b == batch):
-                    m.d.sync += b.eq(0)
-                    m.next = "ACTIVE"
+                    with m.If(k7_idle):
+                        m.d.sync += b.eq(0)
+                        m.next = "ACTIVE"
                 with m.Else():
                     m.next = "HEADER"
 
@@ -288,84 +298,19 @@ class Verify(wiring.Component):
                     m.d.sync += [accept_row[accepted[:max(1, (S - 1).bit_length())]]
                                  .eq(out.index), accepted.eq(accepted + 1)]
                     with m.If(out.last):
-                        m.d.sync += [res.nan.eq(out.nan), i.eq(0), j.eq(0)]
+                        m.d.sync += [tv_nan.eq(out.nan), i.eq(0), j.eq(0)]
                         m.next = "TV_ROWS"
 
             with m.State("TV_ROWS"):
-                m.d.sync += [res.rows.eq(tv.status.rows),
-                             rows_read.eq(rows_read + tv.status.rows)]
-                m.next = "K7_NODES"
-
-            with m.State("K7_NODES"):
-                # predicts and KV slots of the request's n positions (read a clock ahead)
-                node7 = k7.nodes.payload
-                taken = k7.nodes.valid & k7.nodes.ready
-                m.d.comb += [predicts.read_at.eq(b * vn + i + taken),
-                             self.locs_read_at.eq(b * vn + i + taken),
-                             node7.predict.eq(predicts.read_data),
-                             node7.cache_loc.eq(self.locs_read),
-                             node7.first.eq(i == 0), node7.last.eq(i == vn_last),
-                             k7.nodes.valid.eq(j == 1)]
-                with m.If(j == 0):
-                    m.d.comb += [predicts.read_at.eq(b * vn), self.locs_read_at.eq(b * vn)]
-                    m.d.sync += j.eq(1)
-                with m.Elif(taken):
-                    m.d.sync += i.eq(i + 1)
-                    with m.If(i == vn_last):
-                        m.d.sync += [i.eq(0), j.eq(0)]
-                        m.next = "K7_REQUEST"
-
-            with m.State("K7_REQUEST"):
-                rq = k7.request.payload
-                m.d.comb += [self.pool_at.eq(b), self.seq_at.eq(b)]
-                with m.If(j == 0):  # pool and seq_len are being read
-                    m.d.sync += j.eq(1)
-                with m.Else():
-                    m.d.comb += [k7.request.valid.eq(1), rq.accept_token_num.eq(accepted - 1),
-                                 rq.req_pool_index.eq(self.pool), rq.seq_len.eq(self.seq_len),
-                                 rq.max_seq_len.eq(header[REQUEST.word("max_seq_len")])]
-                    m.d.comb += [rq.accept_index[x].eq(accept_row[x]) for x in range(S)]
-                    with m.If(k7.request.ready):
-                        m.d.sync += [j.eq(0), i.eq(0), res.accept_token_num.eq(accepted - 1)]
-                        m.d.comb += [accidx_wr.addr.eq(b), accidx_wr.data.eq(accept_row),
-                                     accidx_wr.en.eq(1)]
-                        m.next = "K7_OUT"
-
-            with m.State("K7_OUT"):
-                # the commits (verified ids and the KV slots of the accepted tokens), then the
-                # request's result
-                commit = k7.commit.payload
-                m.d.comb += [k7.commit.ready.eq(1), k7.result.ready.eq(1),
-                             vids_wr.addr.eq(commit.verified_index),
-                             vids_wr.data.eq(commit.verified_id),
-                             vids_wr.en.eq(k7.commit.valid), commit_wr.addr.eq(i),
-                             commit_wr.data.eq(commit.kv_loc), commit_wr.en.eq(k7.commit.valid)]
-                with m.If(k7.commit.valid):
-                    m.d.sync += i.eq(i + 1)
-                with m.If(k7.result.valid):
-                    r7 = k7.result.payload
-                    m.d.comb += [vres_wr.addr.eq(b), vres_wr.en.eq(1), vres_wr.data.eq(res),
-                                 vres_wr.data.accept_length.eq(r7.accept_length),
-                                 vres_wr.data.next_root.eq(r7.next_root),
-                                 vres_wr.data.finished.eq(r7.finished),
-                                 vres_wr.data.seq_len.eq(r7.seq_len),
-                                 vres_wr.data.offset.eq(r7.verified_offset),
-                                 vres_wr.data.evict.eq(r7.evict),
-                                 self.seq_write_at.eq(b), self.seq_write.eq(r7.seq_len),
-                                 self.seq_write_en.eq(1)]
-                    m.d.sync += [verified_total.eq(r7.verified_offset + r7.accept_length),
-                                 res.accept_length.eq(r7.accept_length), j.eq(0)]
-                    m.next = "TABLE"
-
-            accepted_row = table_address(m, p, self.config, pool=self.pool,
-                                         offset=self.seq_len - res.accept_length, name="table")
-            with m.State("TABLE"):
-                # req_to_token[pool, old seq_len + x] = the accepted tokens' KV slots
-                m.d.comb += [self.pool_at.eq(b), self.seq_at.eq(b)]
-                with m.If(copy_table_row(m, step=j, index=i, count=res.accept_length,
-                                         address=accepted_row, addr=commit_rd.addr,
-                                         data=commit_rd.data, table=table)):
-                    m.d.sync += [b.eq(b + 1), j.eq(0), i.eq(0),
+                # the request goes to K7's FSM (once it is done with the one before), and the
+                # fused verify on to the next request
+                with m.If(k7_idle):
+                    m.d.comb += k7_start.eq(1)
+                    m.d.sync += [res.rows.eq(tv.status.rows), res.nan.eq(tv_nan),
+                                 rows_read.eq(rows_read + tv.status.rows),
+                                 k7_accepted.eq(accepted), k7_accept_row.eq(accept_row),
+                                 k7_max_seq_len.eq(header[REQUEST.word("max_seq_len")]),
+                                 k7_b.eq(b), k7_i.eq(0), k7_j.eq(0), b.eq(b + 1),
                                  record_at.eq(record_at + self.request_last + 1)]
                     m.next = "REQUEST"
 
@@ -400,55 +345,10 @@ class Verify(wiring.Component):
                                  b.eq(0), i.eq(0), j.eq(0), slots_written.eq(0)]
                     m.next = "WRITE"
 
-            with m.State("WRITE"):
-                # result records (RESULT): the fixed words, accept_index [S], predicts [n],
-                # evict bits
-                words_per = VRW + steps + vn + ((vn + 31) >> 5)
-                m.d.comb += [vres_rd.addr.eq(b), accidx_rd.addr.eq(b), inverse_rd.addr.eq(b),
-                             aslot_rd.addr.eq(b)]
-                # signed: the predicts row is read a word ahead, from y = -1 (+ the taken word)
-                x, y, zz = (Signal(range(-(VRW + S + MAXV), MAXV + S + 64), name=name)
-                            for name in ("past_header", "predicts_index", "evict_index"))
-                m.d.comb += [x.eq(i - VRW), y.eq(x - steps), zz.eq(y - vn)]
-                taken = results.words.valid & results.words.ready
-                m.d.comb += predicts.read_at.eq(b * vn + y + taken)
-                with m.If(j == 0):
-                    m.d.comb += [results.start.eq(1), results.address.eq(command.results),
-                                 results.count.eq(batch * words_per)]
-                    m.d.sync += j.eq(1)
-                with m.Elif(b == batch):
-                    with m.If(results.can_start):
-                        m.d.sync += [j.eq(0), i.eq(0), b.eq(0)]
-                        m.next = "VERIFIED"
-                with m.Elif(j == 1):  # the request's rows are being read
-                    m.d.comb += predicts.read_at.eq(b * vn)
-                    m.d.sync += [j.eq(2), i.eq(0)]
-                with m.Else():
-                    r = vres_rd.data
-                    evict = Cat(r.evict, Const(0, 32 * evict_words - MAXV))
-                    evict_word = Signal(32)
-                    m.d.comb += evict_word.eq(evict.word_select(zz[:index_bits(evict_words)], 32)
-                                              if evict_words > 1 else evict)
-                    fields = {"accept_token_num": r.accept_token_num,
-                              "accept_length": r.accept_length, "next_root": r.next_root,
-                              "finished": r.finished, "seq_len": r.seq_len, "nan_flag": r.nan,
-                              "verified_offset": r.offset, "active_slot": aslot_rd.data,
-                              "active_inverse": inverse_rd.data, "rows_read": r.rows}
-                    header_words = Array(RESULT.in_order(fields))
-                    value = Signal(32)
-                    with m.If(i < VRW):
-                        m.d.comb += value.eq(header_words[i])
-                    with m.Elif(x < steps):
-                        m.d.comb += value.eq(accidx_rd.data[x.as_unsigned()])
-                    with m.Elif(y < vn):
-                        m.d.comb += value.eq(predicts.read_data)
-                    with m.Else():
-                        m.d.comb += value.eq(evict_word)
-                    m.d.comb += [results.words.valid.eq(1), results.words.payload.eq(value)]
-                    with m.If(results.words.ready):
-                        m.d.sync += i.eq(i + 1)
-                        with m.If(i == words_per - 1):
-                            m.d.sync += [b.eq(b + 1), i.eq(0), j.eq(1)]
+            result_records_state(
+                m, results=results, address=command.results, predicts=predicts,
+                rows=(vres_rd, accidx_rd, inverse_rd, aslot_rd), batch=batch, vn=vn,
+                steps=steps, b=b, j=j, max_steps=S, max_verify_num=MAXV, then="VERIFIED")
 
             with m.State("VERIFIED"):
                 # verified_id, the accepted tokens of the batch in one list
@@ -463,4 +363,85 @@ class Verify(wiring.Component):
                                       address=lambda x: x)
                     with m.If(done & ~results.busy & ~table.busy):
                         end(Status.OK)
+
+        # K7 and the table writes of request k7_b, beside the fused verify of the next one
+        with m.FSM(name="verify_k7"):
+            with m.State("IDLE"):
+                m.d.comb += k7_idle.eq(1)
+                with m.If(k7_start):
+                    m.next = "K7_NODES"
+
+            with m.State("K7_NODES"):
+                # predicts and KV slots of the request's n positions (read a clock ahead)
+                node7 = k7.nodes.payload
+                taken = k7.nodes.valid & k7.nodes.ready
+                m.d.comb += [predicts.read_at.eq(k7_b * vn + k7_i + taken),
+                             self.locs_read_at.eq(k7_b * vn + k7_i + taken),
+                             node7.predict.eq(predicts.read_data),
+                             node7.cache_loc.eq(self.locs_read),
+                             node7.first.eq(k7_i == 0), node7.last.eq(k7_i == vn_last),
+                             k7.nodes.valid.eq(k7_j == 1)]
+                with m.If(k7_j == 0):
+                    m.d.comb += [predicts.read_at.eq(k7_b * vn), self.locs_read_at.eq(k7_b * vn)]
+                    m.d.sync += k7_j.eq(1)
+                with m.Elif(taken):
+                    m.d.sync += k7_i.eq(k7_i + 1)
+                    with m.If(k7_i == vn_last):
+                        m.d.sync += [k7_i.eq(0), k7_j.eq(0)]
+                        m.next = "K7_REQUEST"
+
+            with m.State("K7_REQUEST"):
+                rq = k7.request.payload
+                m.d.comb += [self.pool_at.eq(k7_b), self.seq_at.eq(k7_b)]
+                with m.If(k7_j == 0):  # pool and seq_len are being read
+                    m.d.sync += k7_j.eq(1)
+                with m.Else():
+                    m.d.comb += [k7.request.valid.eq(1),
+                                 rq.accept_token_num.eq(k7_accepted - 1),
+                                 rq.req_pool_index.eq(self.pool), rq.seq_len.eq(self.seq_len),
+                                 rq.max_seq_len.eq(k7_max_seq_len)]
+                    m.d.comb += [rq.accept_index[x].eq(k7_accept_row[x]) for x in range(S)]
+                    with m.If(k7.request.ready):
+                        m.d.sync += [k7_j.eq(0), k7_i.eq(0),
+                                     res.accept_token_num.eq(k7_accepted - 1)]
+                        m.d.comb += [accidx_wr.addr.eq(k7_b), accidx_wr.data.eq(k7_accept_row),
+                                     accidx_wr.en.eq(1)]
+                        m.next = "K7_OUT"
+
+            with m.State("K7_OUT"):
+                # the commits (verified ids and the KV slots of the accepted tokens), then the
+                # request's result
+                commit = k7.commit.payload
+                m.d.comb += [k7.commit.ready.eq(1), k7.result.ready.eq(1),
+                             vids_wr.addr.eq(commit.verified_index),
+                             vids_wr.data.eq(commit.verified_id),
+                             vids_wr.en.eq(k7.commit.valid), commit_wr.addr.eq(k7_i),
+                             commit_wr.data.eq(commit.kv_loc), commit_wr.en.eq(k7.commit.valid)]
+                with m.If(k7.commit.valid):
+                    m.d.sync += k7_i.eq(k7_i + 1)
+                with m.If(k7.result.valid):
+                    r7 = k7.result.payload
+                    m.d.comb += [vres_wr.addr.eq(k7_b), vres_wr.en.eq(1), vres_wr.data.eq(res),
+                                 vres_wr.data.accept_length.eq(r7.accept_length),
+                                 vres_wr.data.next_root.eq(r7.next_root),
+                                 vres_wr.data.finished.eq(r7.finished),
+                                 vres_wr.data.seq_len.eq(r7.seq_len),
+                                 vres_wr.data.offset.eq(r7.verified_offset),
+                                 vres_wr.data.evict.eq(r7.evict),
+                                 self.seq_write_at.eq(k7_b), self.seq_write.eq(r7.seq_len),
+                                 self.seq_write_en.eq(1)]
+                    m.d.sync += [verified_total.eq(r7.verified_offset + r7.accept_length),
+                                 res.accept_length.eq(r7.accept_length), k7_j.eq(0)]
+                    m.next = "TABLE"
+
+            accepted_row = table_address(m, p, self.config, pool=self.pool,
+                                         offset=self.seq_len - res.accept_length, name="table")
+            with m.State("TABLE"):
+                # req_to_token[pool, old seq_len + x] = the accepted tokens' KV slots
+                m.d.comb += [self.pool_at.eq(k7_b), self.seq_at.eq(k7_b)]
+                with m.If(copy_table_row(m, step=k7_j, index=k7_i, count=res.accept_length,
+                                         address=accepted_row, addr=commit_rd.addr,
+                                         data=commit_rd.data, table=table)):
+                    m.next = "IDLE"
+
         return m
