@@ -79,7 +79,8 @@ def test_parameters_are_read_only_properties_and_shape_the_ports():
     assert p == UpdateStateParams(**SMALL)
     assert p.max_candidates == 6 and p.work_size == 9 and p.mask_row_width == 5
     assert [p.region_size(r) for r in Region] == [16, 3, 9, 6]
-    assert set(dut.signature.members) == {"req", "done", "host_cmd", "host_rsp"}
+    assert set(dut.signature.members) == {"req", "done", "host_cmd", "host_rsp", "work_write"}
+    assert dict(p.work_write_layout.members)["addr"] == range(3 * 9)
     request = dict(p.request_layout.members)
     assert request["token"].width == 16 and request["token"].signed
     assert request["topk_index"].width == 12 and request["topk_index"].signed
@@ -162,6 +163,22 @@ def test_back_to_back_requests_chain_on_every_slot():
     assert [r["slot"] for r in records] == [slot for slot, _ in plan]
     for slot, dump in zip(states, results[len(states) + 1:], strict=True):
         assert not compare_states(dump, expected[slot], context=f"slot {slot}: ")
+
+
+def test_work_write_is_every_write_of_the_work_rows():
+    """A copy kept from ``work_write`` alone (the host's loads and the requests' copies)
+    equals the ``work_scores`` rows the host port reads back, bit for bit."""
+    p = params_from(SMALL)
+    rng = np.random.default_rng(5)
+    states = {slot: random_state(rng, p) for slot in range(p.max_batch)}
+    plan = [(slot, random_request(rng, p, cumu_count=2)) for slot in (0, 2, 0, 1)]
+    steps = [("load", slot, state) for slot, state in states.items()]
+    steps += [("requests", plan)] + [("dump", slot) for slot in states]
+    copy = {}
+    results = run_steps(p, steps, work_copy=copy)
+    for slot, dump in zip(states, results[len(states) + 1:], strict=True):
+        row = [copy[slot * p.work_size + x] for x in range(p.work_size)]
+        assert row == list(dump["work_scores"].view(np.uint32)), f"slot {slot}"
 
 
 def test_cycles_per_request_on_amaranth_simulator():

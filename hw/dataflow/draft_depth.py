@@ -78,6 +78,9 @@ class DraftDepth(wiring.Component):
         K2's requests and their ends.
     k2_cmd : Out(stream.Signature(params.k2.host_command_layout)), k2_rsp : In(...)
         K2's host port; ``host_idle``: no command waits for it.
+    work_write : In(params.k2.work_write_layout)
+        K2's writes of ``work_scores`` (every one, whichever command runs): ``DraftDepth``
+        keeps a copy of the rows, from which K3 reads a beat of its lanes a clock.
     """
 
     def __init__(self, params):
@@ -110,6 +113,7 @@ class DraftDepth(wiring.Component):
             "k2_cmd": Out(stream.Signature(p.k2.host_command_layout)),
             "k2_rsp": In(stream.Signature(p.k2.host_response_layout)),
             "host_idle": In(1),
+            "work_write": In(p.k2.work_write_layout),
         })
 
     def elaborate(self, platform):
@@ -126,8 +130,16 @@ class DraftDepth(wiring.Component):
         fscore_rd, fscore_wr = memory(m, "frontier_score", 32, MAXB * WM)
         fnode_rd, fnode_wr = memory(m, "frontier_node", 32, MAXB * WM)
         fmask_rd, fmask_wr = memory(m, "frontier_mask", max(1, MI), MAXB * WM)
+        lanes = p.port_bits // 32
         # the depth's tokens, b * n + x, written a read beat a clock
-        tokens = m.submodules.tokens = WordBanks(depth=MAXB * NM, lanes=p.port_bits // 32)
+        tokens = m.submodules.tokens = WordBanks(depth=MAXB * NM, lanes=lanes)
+        # K2's work_scores rows as K2 writes them (row of slot s from s * WS)
+        WS = p.k2.work_size
+        work = m.submodules.work_scores = WordBanks(depth=p.k2.max_batch * WS, lanes=lanes)
+        m.d.comb += [work.write_at.eq(self.work_write.addr), work.write.count.eq(1),
+                     work.write.data[0].eq(self.work_write.data),
+                     work.write_en.eq(self.work_write.en)]
+        row_base = Signal(range(p.k2.max_batch * WS))  # K3_ROWS: the request's row in `work`
         cache_rd, cache_wr = memory(m, "k1_cache", data.ArrayLayout(32, K), MAXB)
         parent_rd, parent_wr = memory(m, "k1_parents", data.ArrayLayout(k1.parent_width, K), MAXB)
         # begin_round's roots (the sequencer runs one command at a time: no write of ours then)
@@ -187,7 +199,8 @@ class DraftDepth(wiring.Component):
                     m.d.sync += token_at.eq(0)
                     with m.If(self.batch != 0):  # every request's probabilities beside them
                         m.d.comb += [fetch.start.eq(1), fetch.address.eq(command.probas),
-                                     fetch.count.eq(self.batch * width_k)]
+                                     fetch.count.eq(self.batch * width_k),
+                                     fetch.first_count.eq(width_k)]
                     m.next = "TOKENS"
 
             with m.State("TOKENS"):
@@ -285,26 +298,28 @@ class DraftDepth(wiring.Component):
                     m.next = "K3_ROWS"
 
             with m.State("K3_ROWS"):
-                # work_scores[slot, 0 .. ws0+K-1] of every request from K2's memory into K3:
-                # reads issued by (b, i), answers forwarded by their count j.
-                host = k2_cmd.payload
-                m.d.comb += [self.row_at.eq(b + (k2_cmd.ready & (i == ws_last))),
-                             host.slot.eq(self.slot), host.region.eq(Region.WORK),
-                             host.index.eq(i), k2_cmd.valid.eq(b < self.batch)]
-                with m.If(k2_cmd.valid & k2_cmd.ready):
-                    m.d.sync += i.eq(Mux(i == ws_last, 0, i + 1))
-                    with m.If(i == ws_last):
-                        m.d.sync += b.eq(b + 1)
+                # work_scores[slot, 0 .. ws0+K-1] of every request out of the copy into K3, a
+                # beat of its lanes a clock: the slot read (j = 0), the row's start (1), its
+                # first beat read (2), the beats (3, the next one read as one is taken).
                 scores = k3.scores.payload
-                m.d.comb += [k3.scores.valid.eq(k2_rsp.valid), k2_rsp.ready.eq(k3.scores.ready),
-                             scores.scores[0].eq(k2_rsp.payload.score)]
-                # j counts answers within the current row
-                m.d.comb += [scores.first.eq(j == 0), scores.last.eq(j == ws_last)]
-                with m.If(k3.scores.valid & k3.scores.ready):
-                    m.d.sync += j.eq(Mux(j == ws_last, 0, j + 1))
-                with m.If((b == self.batch) & self.host_idle & ~k2_rsp.valid & (j == 0)):
-                    m.d.sync += [i.eq(0), j.eq(0)]
+                taken = k3.scores.valid & k3.scores.ready
+                last = i + lanes > ws_last
+                m.d.comb += work.read_at.eq(row_base + i + Mux(taken, lanes, 0))
+                with m.If(b == self.batch):
+                    m.d.sync += [b.eq(0), i.eq(0), j.eq(0)]
                     m.next = "K3_RESULT"
+                with m.Elif(j < 2):
+                    m.d.sync += [j.eq(j + 1), row_base.eq(self.slot * WS)]
+                with m.Elif(j == 2):
+                    m.d.sync += j.eq(3)
+                with m.Else():
+                    m.d.comb += [k3.scores.valid.eq(1), scores.first.eq(i == 0),
+                                 scores.last.eq(last)]
+                    m.d.comb += [scores.scores[k].eq(work.read_group[k]) for k in range(lanes)]
+                    with m.If(taken):
+                        m.d.sync += i.eq(i + lanes)
+                        with m.If(last):
+                            m.d.sync += [b.eq(b + 1), i.eq(0), j.eq(0)]
 
             with m.State("K3_RESULT"):
                 m.d.comb += k3.deltas.ready.eq(1)
@@ -396,7 +411,8 @@ class DraftDepth(wiring.Component):
             with m.State("PROBAS"):
                 with m.If(f_step == 0):
                     with m.If(((self.depth != 1) | (b == f)) & ~fetch.fetching):
-                        m.d.comb += [fetch.load.eq(1), fetch.load_at.eq(f_at),
+                        # (the first request's came in with the fetch)
+                        m.d.comb += [fetch.load.eq(f != 0), fetch.load_at.eq(f_at),
                                      fetch.load_count.eq(n)]
                         m.d.sync += f_step.eq(1)
                 with m.Else():

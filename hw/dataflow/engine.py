@@ -224,7 +224,8 @@ class PersistentEngine(wiring.Component):
         for _, component, link, _ in commands.values():
             link(m, component, self.command.payload, c)
         # begin_round's roots into draft_depth's frontier (written only while begin_round runs)
-        m.d.comb += [draft.root_at.eq(begin.request), draft.root_en.eq(begin.frontier_en)]
+        m.d.comb += [draft.root_at.eq(begin.request), draft.root_en.eq(begin.frontier_en),
+                     draft.work_write.eq(k2.work_write)]
 
         @contextlib.contextmanager
         def running(opcode):

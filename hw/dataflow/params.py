@@ -111,7 +111,7 @@ class EngineParams(ParameterRecord):
     @cached_property
     def k3(self) -> WorkDeltasParams:
         return WorkDeltasParams(node_top_k=self.node_top_k, max_verify_num=self.max_verify_num,
-                                lanes=1, max_batch_size=self.max_batch)
+                                lanes=self.port_bits // 32, max_batch_size=self.max_batch)
 
     @property
     def max_candidates(self) -> int:

@@ -1,7 +1,8 @@
 """``draft_depth``'s top-K probabilities: every request's read at the command's start, on a
-reader of their own (beside the sequencer's tokens on the ``read`` port), into on-chip banks;
-a request's then move into registers for K1, ``lanes`` words a clock, while the request before
-it is sorted and updated (docs/engine.md, "What is still slow")."""
+reader of their own (beside the sequencer's tokens on the ``read`` port), into on-chip banks,
+the first request's into K1's registers as they arrive; another request's move from the banks
+into the registers, ``lanes`` words a clock, while the request before it is sorted and updated
+(docs/engine.md, "What is still slow")."""
 
 from amaranth.hdl import Module, Signal
 from amaranth.lib import data, wiring
@@ -33,7 +34,9 @@ class ProbaFetch(wiring.Component):
     address : In(address_width)
     count : In(range(max_batch * max_candidates + 1))
         ... of ``count`` words from byte address ``address`` into the banks from word 0, the
-        rest of a read beat a clock.
+        rest of a read beat a clock; the first ``first_count`` go into ``probas`` too (the
+        first request's, loaded as they arrive).
+    first_count : In(range(max_candidates + 1))
     fetching : Out(1)
         High from the clock after ``start`` until every word is in the banks.
     reader_busy : Out(1)
@@ -56,6 +59,7 @@ class ProbaFetch(wiring.Component):
         super().__init__({
             "port": Out(read_port_signature(p.address_width, p.port_bits)),
             "start": In(1), "address": In(p.address_width), "count": In(range(words + 1)),
+            "first_count": In(range(p.max_candidates + 1)),
             "fetching": Out(1), "reader_busy": Out(1),
             "load": In(1), "load_at": In(range(words)),
             "load_count": In(range(p.max_candidates + 1)), "loading": Out(1),
@@ -76,16 +80,23 @@ class ProbaFetch(wiring.Component):
         m.d.comb += [reader.start.eq(self.start), reader.address.eq(self.address),
                      reader.count.eq(self.count), self.reader_busy.eq(reader.busy)]
 
-        # fetch: a read beat's group a clock into the banks
+        # fetch: a read beat's group a clock into the banks (and the first request's words
+        # into `probas`: word w of a group lands in entry written + w)
         written = Signal(range(p.max_batch * p.max_candidates + lanes))
+        first_count = Signal.like(self.first_count)
         group = reader.group
         with m.If(self.start):
-            m.d.sync += [self.fetching.eq(1), written.eq(0)]
+            m.d.sync += [self.fetching.eq(1), written.eq(0), first_count.eq(self.first_count)]
         with m.If(self.fetching):
             m.d.comb += [group.ready.eq(1), banks.write_at.eq(written),
                          banks.write.eq(group.payload), banks.write_en.eq(group.valid)]
             with m.If(group.valid):
                 m.d.sync += written.eq(written + group.payload.count)
+                for t in range(p.max_candidates):
+                    at = t - written  # the word of the group that lands in entry t
+                    with m.If((t >= written) & (at < group.payload.count) & (t < first_count)):
+                        m.d.sync += self.probas[t].eq(group.payload.data.as_value().word_select(
+                            at[:index_bits(lanes)] if lanes > 1 else 0, 32))
             with m.If(~reader.busy & ~group.valid):
                 m.d.sync += self.fetching.eq(0)
 

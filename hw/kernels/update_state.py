@@ -33,6 +33,7 @@ from functools import cached_property
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream
 from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import Out
 
 from hw.lib.component import KernelComponent
 from hw.lib.float32 import Float32Multiply, float32_equal, float32_less
@@ -196,6 +197,12 @@ class UpdateStateParams(ParameterRecord):
         return data.StructLayout(self._data_fields())
 
     @property
+    def work_write_layout(self) -> data.StructLayout:
+        """``work_scores``' write port (``UpdateCumuDraftState.work_write``)."""
+        return data.StructLayout({"addr": range(self.max_batch * self.work_size), "data": 32,
+                                  "en": 1})
+
+    @property
     def ports(self) -> dict:
         """Port name -> payload layout."""
         return {"req": self.request_layout, "done": self.done_layout,
@@ -277,10 +284,17 @@ class UpdateCumuDraftState(KernelComponent):
         write one element of a slot (see :class:`Region` for the fields each region uses).
     host_rsp : Out(stream.Signature(params.host_response_layout))
         One answer per command, in order.
+    work_write : Out(params.work_write_layout)
+        The ``work_scores`` memory's write port as it is driven (``addr``: ``slot * (MAXV + K)
+        + index``, ``data``, ``en``), the request's and the host port's writes alike: a user
+        keeps a copy of the rows that it reads wider than the host port's element a clock.
     """
 
     Params = UpdateStateParams
     OUTPUTS = ("done", "host_rsp")
+
+    def members(self, params):
+        return {**super().members(params), "work_write": Out(params.work_write_layout)}
 
     def elaborate(self, platform):
         p = self._params
@@ -745,6 +759,9 @@ class UpdateCumuDraftState(KernelComponent):
             for name in names:
                 with m.If(host_write[region]):
                     m.d.comb += wr[name].en.eq(1)
+        m.d.comb += [self.work_write.addr.eq(wr["work"].addr),
+                     self.work_write.data.eq(wr["work"].data),
+                     self.work_write.en.eq(wr["work"].en)]
         return m
 
 

@@ -69,11 +69,18 @@ async def _exchange(ctx, source, sink, words, expected, *, rng, idle, backpressu
     return received, cycles
 
 
-def run_steps(params, steps, *, idle=0.0, backpressure=0.0, seed=0):
+def run_steps(params, steps, *, idle=0.0, backpressure=0.0, seed=0, work_copy=None):
     p = params_from(params)
     dut = UpdateCumuDraftState(**asdict(p))
     rng = random.Random(seed)
     results = []
+
+    async def copy_work(ctx):
+        """Every write of ``work_write`` into ``work_copy`` (address -> word)."""
+        async for _, _, enabled, address, word in ctx.tick().sample(
+                dut.work_write.en, dut.work_write.addr, dut.work_write.data):
+            if enabled:
+                work_copy[address] = word
 
     async def host(ctx, words):
         answers, _ = await _exchange(ctx, dut.host_cmd, dut.host_rsp, words, len(words),
@@ -103,5 +110,5 @@ def run_steps(params, steps, *, idle=0.0, backpressure=0.0, seed=0):
             else:
                 raise ValueError(f"unknown step {step[0]!r}")
 
-    simulate(dut, testbench)
+    simulate(dut, testbench, background=() if work_copy is None else (copy_work,))
     return results
