@@ -7,7 +7,9 @@ for a command (``EngineHost.port_runs``); ``memory`` is the card memory with its
 servers (random latency and stalls; an Amaranth and a cocotb front end on one bookkeeping);
 ``rounds`` draws seeded rounds with bad commands and runs them on ``golden.engine.Engine``
 (``Scenario``, ``check_step``); ``cases`` reads command-sequence case files (``CASE=``);
-``tb`` is the cocotb testbench (phases ``figures``, ``random``; ``case``).
+``tb`` is the cocotb testbench (phases ``figures``, ``random``; ``case``); ``profile``
+(``python -m sim.dataflow.profile``) prints the clocks a contract round spends in each state of
+every FSM.
 """
 
 from ..targets import SimTarget, check_limits, contract_spec, draft_round_node_count
