@@ -56,11 +56,15 @@ class BeginRound(wiring.Component):
         The round in flight's phase, requests and node count, saved for each of its slots.
     request : Out(range(max_batch + 1))
         The request (batch row) the command is at: the row read, written, whose KV slots are
-        read or written and whose frontier is set, below.
+        written and whose frontier is set, below.
+    table_request : Out(range(max_batch + 1))
+        The batch row whose ``seq_len``, ``req_pool_index`` and KV slots are read (and the KV
+        slots written): ``request``, but for the ``req_to_token`` runs, which go on beside
+        the K2 rows' writes.
     row_new : Out(1)
         Batch row ``request`` is read in the idle bank (``row_new``) or in the round's (its
-        save); the slot, ``seq_len`` and ``req_pool_index`` and the root token (``batch_root``
-        at ``request``) on the inputs below a clock later.
+        save); the slot and the root token (``batch_root`` at ``request``), and ``seq_len``
+        and ``req_pool_index`` of ``table_request`` on the inputs below a clock later.
     slot, seq_len, pool, root : In(32)
     row_write : Out(batch_row_layout), row_write_en
         The request's row into the idle bank (and its root token).
@@ -99,7 +103,7 @@ class BeginRound(wiring.Component):
             "config": In(p.config_layout),
             "phase": In(2), "batch": In(rows),
             "cumu_count": In(range(p.max_node_count + p.max_candidates + 1)),
-            "request": Out(rows), "row_new": Out(1),
+            "request": Out(rows), "table_request": Out(rows), "row_new": Out(1),
             "slot": In(32), "seq_len": In(32), "pool": In(32), "root": In(32),
             "row_write": Out(batch_row_layout), "row_write_en": Out(1),
             "kv_slot": Out(range(p.kv_slots)),
@@ -135,7 +139,13 @@ class BeginRound(wiring.Component):
         # req_to_token[pool, seq_len] of the request's row in the idle bank
         table_row = table_address(m, p, self.config, pool=self.pool, offset=self.seq_len,
                                   name="begin_table")
-        m.d.comb += [self.request.eq(b), self.row_new.eq(1)]
+        # the req_to_token runs' request, element and sub-step (the FSM `begin_table`)
+        t = Signal(range(MAXB + 1))
+        t_i = Signal(range(p.kv_slots + 1))
+        t_j = Signal(range(TABLE_READY + 3))
+        table_go = Signal()  # INIT begins: so do the runs
+        table_idle = Signal()
+        m.d.comb += [self.request.eq(b), self.table_request.eq(b), self.row_new.eq(1)]
 
         def end(status):
             finish(m, self.done, status=status, slots=slots)
@@ -224,6 +234,7 @@ class BeginRound(wiring.Component):
                                          info_en=self.info_en, saved_slot=self.saved_slot,
                                          saved_en=self.saved_en)):
                     m.d.sync += [b.eq(0), j.eq(0)]
+                    m.d.comb += table_go.eq(1)
                     m.next = "INIT"
 
             with m.State("INIT"):
@@ -259,17 +270,28 @@ class BeginRound(wiring.Component):
                             m.d.comb += self.frontier_en.eq(1)
 
             with m.State("TABLE"):
-                # req_to_token[pool, seq_len + x] = kv slot x, x = 0..MI, one run per request;
-                # the command ends once every write has its response
-                table = self.table
-                with m.If(b == batch_size):
-                    with m.If(~table.busy):
-                        end(Status.OK)
+                # the req_to_token runs (begin_table, below) end; the command ends once every
+                # write has its response
+                with m.If(table_idle & ~self.table.busy):
+                    end(Status.OK)
+
+        # req_to_token[pool, seq_len + x] = kv slot x, x = 0..MI, one run per request, beside
+        # INIT's K2 writes
+        with m.FSM(name="begin_table"):
+            with m.State("IDLE"):
+                m.d.comb += table_idle.eq(1)
+                with m.If(table_go):
+                    m.d.sync += [t.eq(0), t_i.eq(0), t_j.eq(0)]
+                    m.next = "RUN"
+            with m.State("RUN"):
+                m.d.comb += self.table_request.eq(t)
+                with m.If(t == batch_size):
+                    m.next = "IDLE"
                 with m.Else():
-                    with m.If(copy_table_row(m, step=j, index=i, count=p.kv_slots,
+                    with m.If(copy_table_row(m, step=t_j, index=t_i, count=p.kv_slots,
                                              address=table_row, addr=self.kv_slot,
-                                             data=self.kv_read, table=table)):
-                        m.d.sync += [b.eq(b + 1), j.eq(0), i.eq(0)]
+                                             data=self.kv_read, table=self.table)):
+                        m.d.sync += [t.eq(t + 1), t_j.eq(0), t_i.eq(0)]
         return m
 
     def _check_record(self, m, record, slots, bad_slot, bad_argument):

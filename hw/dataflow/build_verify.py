@@ -29,7 +29,6 @@ from .runs import (
     copy_words,
     finish,
     idle_state,
-    store_locs_states,
     table_address,
 )
 
@@ -164,6 +163,8 @@ class BuildVerify(wiring.Component):
         mask_b = Signal(range(MAXB + 1))  # request of the mask rows arriving
         mask_rows = Signal(range(MAXV + 1))
         flushed = Signal()
+        storing = Signal()  # the KV slots are being read, a beat a clock into the banks
+        stored = Signal(range(MAXB * MAXV + p.port_bits // 32))  # KV slots stored
         trees = Signal(range(MAXB * MAXV + 1))  # tree records written
         rsp_x = Signal(range(p.max_node_count + 1))  # node answers forwarded in the request
         ahead = Signal(range(MAXB + 1))  # KV: request whose row is read next
@@ -195,9 +196,13 @@ class BuildVerify(wiring.Component):
                 with m.Else():
                     m.next = "LOCS_START"
 
-            # The verify forward's KV slots, kept for kv_indices, req_to_token and K7.
-            store_locs_states(m, self, address=command.locs, count=self.batch * vn, index=i,
-                              then="SIZES")
+            with m.State("LOCS_START"):
+                # The verify forward's KV slots, kept for kv_indices, req_to_token and K7: read
+                # while the batch is sized and K4 runs (see `storing` below).
+                m.d.comb += [self.reader.start.eq(1), self.reader.address.eq(command.locs),
+                             self.reader.count.eq(self.batch * vn)]
+                m.d.sync += [storing.eq(1), stored.eq(0)]
+                m.next = "SIZES"
 
             with m.State("SIZES"):
                 # Every request's kv_indices words and mask bytes, one request a clock into
@@ -295,7 +300,7 @@ class BuildVerify(wiring.Component):
                 with m.If((mask_b == self.batch) & ~flushed):
                     m.d.comb += mask_bytes.flush.eq(1)
                     m.d.sync += flushed.eq(1)
-                with m.If(flushed & (trees == nodes) & results.can_start
+                with m.If(flushed & (trees == nodes) & results.can_start & ~storing
                           & self.masks.can_start & (b == self.batch) & (seq_b == self.batch)):
                     m.d.sync += [b.eq(0), i.eq(0), j.eq(0)]
                     m.next = "INDPTR"
@@ -384,6 +389,17 @@ class BuildVerify(wiring.Component):
                                          writer=table, lanes=lanes,
                                          address=lambda x: b * vn + x)):
                         m.d.sync += [b.eq(b + 1), j.eq(0), i.eq(0)]
+
+        # The KV slots' read (started in LOCS_START) goes on through SIZES and K4, which do not
+        # use the reader: its groups into the verify tree's banks as they come.
+        with m.If(storing):
+            group = self.reader.group
+            m.d.comb += [group.ready.eq(1), self.locs_at.eq(stored),
+                         self.locs_en.eq(group.valid)]
+            with m.If(group.valid):
+                m.d.sync += stored.eq(stored + group.payload.count)
+            with m.If(~self.reader.busy & ~group.valid):
+                m.d.sync += storing.eq(0)
         return m
 
 

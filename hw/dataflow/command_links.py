@@ -104,10 +104,12 @@ def drive_begin_round(m, begin, c):
     answers to its writes are dropped) are its."""
     rows = c.rows
     row = rows.row(begin.request, new=begin.row_new)
+    table_row = rows.row(begin.table_request, new=begin.row_new)
     new_row = rows.row(begin.request, new=True)
     written = begin.row_write
-    kv = rows.kv_row(begin.request, begin.kv_slot, new=True)
-    m.d.comb += [rows.slot_rd.addr.eq(row), rows.seq_rd.addr.eq(row), rows.pool_rd.addr.eq(row),
+    kv = rows.kv_row(begin.table_request, begin.kv_slot, new=True)
+    m.d.comb += [rows.slot_rd.addr.eq(row), rows.seq_rd.addr.eq(table_row),
+                 rows.pool_rd.addr.eq(table_row),
                  rows.root_rd.addr.eq(begin.request), rows.kv_rd.addr.eq(kv),
                  rows.kv_wr.addr.eq(kv), rows.kv_wr.data.eq(begin.kv_write),
                  rows.kv_wr.en.eq(begin.kv_en)]
