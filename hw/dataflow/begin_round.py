@@ -35,7 +35,9 @@ class BeginRound(wiring.Component):
     """``begin_round`` (see the module): started by a ``start`` transfer, finished by a
     ``done`` transfer offered in the clock the command ends. It owns the pool rows' bitmap
     (``pool_seen``); the batch memories, K2's host port and the ports it reaches through the
-    members below, which the engine connects while the command runs.
+    members below, which the engine connects while the command runs. Two FSMs:
+    ``begin_round`` and ``begin_table`` (the ``req_to_token`` runs, beside ``INIT``'s K2
+    writes).
 
     Parameters
     ----------

@@ -33,8 +33,11 @@ class DraftDepth(wiring.Component):
     ``done`` transfer offered in the clock the command ends. It owns K1 (``ScoreSortPipeline``),
     K3 (``WorkDeltas``), the top-K probabilities' reader (``ProbaFetch``), the depth's tokens
     and K1's ``cache``/``parents``, and the frontier (scores, node ids, mask rows of every
-    request, which ``begin_round`` sets to the roots through ``root_at``/``root_en``); K2, the
-    batch rows and the engine's other ports it reaches through the members below.
+    request, which ``begin_round`` sets to the roots through ``root_at``/``root_en``) and a
+    copy of K2's ``work_scores`` rows (K3's input); K2, the batch rows and the engine's other
+    ports it reaches through the members below. Two FSMs: ``draft_depth`` (the tokens, per
+    request K1's result and K2, then K3, the stop rules and the frontier) and ``k1_feed``
+    (each request's probabilities and frontier scores into K1, a request ahead of K2).
 
     Parameters
     ----------

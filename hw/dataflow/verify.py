@@ -45,7 +45,10 @@ class Verify(wiring.Component):
     accepted tokens' KV slots (``commit_locs``), the requests' results (``verify_results``),
     their ``accept_index`` rows and the compaction's ``active_inverse`` and ``active_slots``.
     The round's memories and the engine's ports it reaches through the members below, which
-    the engine connects while the command runs.
+    the engine connects while the command runs. Two FSMs: ``verify`` (the records, the fused
+    verify request after request, the compaction, the result records, ``verified_id``) and
+    ``verify_k7`` (K7 and the ``req_to_token`` run of the request the fused verify finished
+    last, beside its next one).
 
     Parameters
     ----------
