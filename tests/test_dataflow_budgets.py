@@ -16,8 +16,8 @@ from hw.dataflow.engine import EngineParams, PersistentEngine
 from hw.lib.stream import stream_get, stream_put
 from sim.amaranth_tb import simulate
 from sim.dataflow.memory import CardMemory
-from sim.dataflow.rounds import Scenario, budget_widths, check_step
-from tests.test_dataflow_engine import SMALL, _fields, _servers
+from sim.dataflow.rounds import Scenario, budget_widths, check_step, completion_fields
+from tests.test_dataflow_engine import SMALL
 
 
 def build(**sizes) -> dict:
@@ -74,10 +74,10 @@ def run_budget_rounds(parameters, batch, counts, *, seed=39, stall=0.0) -> list[
             for step in case.budget_round(batch, widths, verify_num=params.max_verify_num):
                 await stream_put(ctx, dut.command, step.command)
                 completion = await stream_get(ctx, dut.completion)
-                check_step(step, _fields(completion), case.host)
+                check_step(step, completion_fields(completion), case.host)
                 names.append(step.name)
 
-    simulate(dut, bench, background=_servers(memory, dut, params))
+    simulate(dut, bench, background=memory.serve_engine(dut, params))
     return names
 
 

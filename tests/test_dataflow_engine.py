@@ -8,7 +8,7 @@ from hw.dataflow.engine import EngineParams, PersistentEngine
 from hw.lib.stream import stream_get, stream_put
 from sim.amaranth_tb import simulate
 from sim.dataflow.memory import CardMemory
-from sim.dataflow.rounds import Scenario, check_step
+from sim.dataflow.rounds import Scenario, check_step, completion_fields
 from sim.tree_verify.schedule import call_cycles
 
 SMALL = dict(node_top_k=2, max_tree_width=2, max_depths=4, max_verify_num=6,
@@ -29,25 +29,11 @@ def run_scenario(parameters, *, seed, rounds, stall=0.0, **scenario):
         for step in case.steps(rounds):
             await stream_put(ctx, dut.command, step.command)
             completion = await stream_get(ctx, dut.completion)
-            check_step(step, _fields(completion), case.host)
+            check_step(step, completion_fields(completion), case.host)
             counts["steps"] += 1
 
-    simulate(dut, bench, background=_servers(memory, dut, params))
+    simulate(dut, bench, background=memory.serve_engine(dut, params))
     return counts["steps"]
-
-
-def _fields(completion) -> dict:
-    return {name: getattr(completion, name) for name in (
-        "tag", "status", "next_tree_width", "stop_reason", "verify_size", "active_count",
-        "rows_read")}
-
-
-def _servers(memory, dut, params) -> list:
-    """The card memory's servers of every port of ``dut``."""
-    return [memory.serve_read(dut.read, params.port_bits),
-            *(memory.serve_write(port, params.port_bits)
-              for port in (dut.result_write, dut.mask_write, dut.table_write)),
-            *(memory.serve_read(port, params.logit_port_bits) for port in dut.logits)]
 
 
 def test_rounds_match_golden():
@@ -83,11 +69,11 @@ def test_contract_round_matches_golden():
             before = ctx.get(dut.counters[logits0].busy_cycles)
             await stream_put(ctx, dut.command, step.command)
             completion = await stream_get(ctx, dut.completion)
-            check_step(step, _fields(completion), case.host)
+            check_step(step, completion_fields(completion), case.host)
             fused.append(ctx.get(dut.counters[logits0].busy_cycles) - before)
             run.update(step.run)
 
-    simulate(dut, bench, background=_servers(memory, dut, params))
+    simulate(dut, bench, background=memory.serve_engine(dut, params))
     assert len(run["accept_length"]) == 2 and sum(run["accept_length"]) > 2
     # CardMemory's latency L is sim.tree_verify's L + 1 (its first beat a clock later)
     formula = call_cycles(params.verify, run["fused_call"], run["traces"], latency=4 + 1)
@@ -130,9 +116,9 @@ def test_full_mask_rows_of_one_byte(seq_lens):
             assert step.status == 0, step.name
             await stream_put(ctx, dut.command, step.command)
             completion = await stream_get(ctx, dut.completion)
-            check_step(step, _fields(completion), case.host)
+            check_step(step, completion_fields(completion), case.host)
 
-    simulate(dut, bench, background=_servers(memory, dut, params))
+    simulate(dut, bench, background=memory.serve_engine(dut, params))
 
 
 def test_result_records_of_a_deep_predicts_memory():

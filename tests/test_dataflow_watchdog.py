@@ -9,8 +9,8 @@ from hw.dataflow.engine import EngineParams, PersistentEngine
 from hw.lib.stream import stream_get, stream_put
 from sim.amaranth_tb import simulate
 from sim.dataflow.memory import CardMemory
-from sim.dataflow.rounds import Scenario, check_step
-from tests.test_dataflow_engine import SMALL, _fields
+from sim.dataflow.rounds import Scenario, check_step, completion_fields
+from tests.test_dataflow_engine import SMALL
 
 BOUND = 3000  # config.watchdog_cycles of the test (the build's bound is far larger)
 
@@ -25,7 +25,7 @@ def test_watchdog_cuts_off_a_hung_command_and_the_engine_goes_on():
 
     async def run(ctx, step):
         await stream_put(ctx, dut.command, step.command)
-        completion = _fields(await stream_get(ctx, dut.completion))
+        completion = completion_fields(await stream_get(ctx, dut.completion))
         check_step(step, completion, case.host)
         return completion
 
@@ -42,7 +42,7 @@ def test_watchdog_cuts_off_a_hung_command_and_the_engine_goes_on():
         hung["read"] = True
         start = ctx.get(dut.counters[0].busy_cycles)
         await stream_put(ctx, dut.command, command)
-        completion = _fields(await stream_get(ctx, dut.completion))
+        completion = completion_fields(await stream_get(ctx, dut.completion))
         seen["busy"] = ctx.get(dut.counters[0].busy_cycles) - start
         seen["status"], seen["tag"] = completion["status"], completion["tag"]
         seen["sent"] = command["tag"]

@@ -29,6 +29,7 @@ from .runs import (
     copy_words,
     finish,
     idle_state,
+    store_locs,
     table_address,
 )
 
@@ -393,12 +394,7 @@ class BuildVerify(wiring.Component):
         # The KV slots' read (started in LOCS_START) goes on through SIZES and K4, which do not
         # use the reader: its groups into the verify tree's banks as they come.
         with m.If(storing):
-            group = self.reader.group
-            m.d.comb += [group.ready.eq(1), self.locs_at.eq(stored),
-                         self.locs_en.eq(group.valid)]
-            with m.If(group.valid):
-                m.d.sync += stored.eq(stored + group.payload.count)
-            with m.If(~self.reader.busy & ~group.valid):
+            with m.If(store_locs(m, self, index=stored)):
                 m.d.sync += storing.eq(0)
         return m
 

@@ -158,7 +158,7 @@ class DraftDepth(wiring.Component):
         n = Signal(range(NM + 1))  # N = W*K
         n_last = Signal(range(-1, NM), init=-1)  # n - 1
         ws_last = Signal(range(-1, MAXV + K), init=-1)  # ws0 + K - 1: K3's scores per row, less one
-        token_at = Signal(range(MAXB * NM + p.port_bits // 32))
+        token_at = Signal(range(MAXB * NM + lanes))
         bad_argument = Signal()
         parent_scores = Array(Signal(32, name=f"parent_score{w}") for w in range(WM))
         result = Signal(k1.result_layout)

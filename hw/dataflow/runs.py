@@ -8,7 +8,8 @@ from amaranth.lib.memory import Memory
 
 from hw.lib.params import index_bits
 
-__all__ = ["idle_state", "finish", "memory", "copy_words", "copy_group", "store_locs_states",
+__all__ = ["idle_state", "finish", "memory", "copy_words", "copy_group", "store_locs",
+           "store_locs_states",
            "table_address", "copy_table_row", "TABLE_ADDRESS_LATENCY", "TABLE_READY"]
 
 #: Clocks from a ``table_address`` input to its output (see there).
@@ -90,23 +91,31 @@ def copy_group(m, *, step, at, index, count, read_at, read_group, address, write
                             for k in range(lanes))])
 
 
+def store_locs(m, command, *, index):
+    """The verify KV slots ``command.reader`` is reading, handed on a read beat a clock
+    (``command.locs_at``, ``command.locs_en``; the words are the reader's ``group`` payload),
+    ``index`` counting them. Returns a signal that is high once the reader is done and no
+    group waits."""
+    reader, group = command.reader, command.reader.group
+    m.d.comb += [group.ready.eq(1), command.locs_at.eq(index), command.locs_en.eq(group.valid)]
+    with m.If(group.valid):
+        m.d.sync += index.eq(index + group.payload.count)
+    done = Signal(name="locs_stored")
+    m.d.comb += done.eq(~reader.busy & ~group.valid)
+    return done
+
+
 def store_locs_states(m, command, *, address, count, index, then):
     """Two states of ``command``'s FSM, ``LOCS_START`` and ``LOCS``, that read the verify
-    forward's ``count`` KV slots from ``address`` with ``command.reader`` and hand them on a
-    read beat a clock (``command.locs_at``, ``command.locs_en``; the words are the reader's
-    ``group`` payload), ``index`` counting them; then ``index`` is 0 again and the FSM goes to
-    state ``then``."""
-    reader, group = command.reader, command.reader.group
+    forward's ``count`` KV slots from ``address`` with ``command.reader`` and store them
+    (:func:`store_locs`); then ``index`` is 0 again and the FSM goes to state ``then``."""
+    reader = command.reader
     with m.State("LOCS_START"):
         m.d.comb += [reader.start.eq(1), reader.address.eq(address), reader.count.eq(count)]
         m.next = "LOCS"
 
     with m.State("LOCS"):
-        m.d.comb += [group.ready.eq(1), command.locs_at.eq(index),
-                     command.locs_en.eq(group.valid)]
-        with m.If(group.valid):
-            m.d.sync += index.eq(index + group.payload.count)
-        with m.If(~reader.busy & ~group.valid):
+        with m.If(store_locs(m, command, index=index)):
             m.d.sync += index.eq(0)
             m.next = then
 

@@ -163,6 +163,15 @@ class CardMemory:
                     taken=respond and bool(b_ready))
         return serve
 
+    def serve_engine(self, dut, params) -> list:
+        """The background Amaranth testbenches answering every memory port of a
+        ``PersistentEngine`` ``dut`` of build ``params``: ``read``, the three writers, the
+        ``logits`` ports."""
+        return [self.serve_read(dut.read, params.port_bits),
+                *(self.serve_write(port, params.port_bits)
+                  for port in (dut.result_write, dut.mask_write, dut.table_write)),
+                *(self.serve_read(port, params.logit_port_bits) for port in dut.logits)]
+
     # --- cocotb front ends --------------------------------------------------------------------
 
     def cocotb_read(self, dut, prefix, *, port_bits, address_width):

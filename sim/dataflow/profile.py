@@ -24,13 +24,11 @@ from hw.lib.stream import stream_get, stream_put
 from ..harness import REPO_ROOT
 from . import TARGET
 from .memory import CardMemory
-from .rounds import Scenario, check_step
+from .rounds import Scenario, check_step, completion_fields
 
 __all__ = ["fsm_states", "profile", "main"]
 
 CONTRACT = REPO_ROOT / "benchmarks" / "contract.toml"
-COMPLETION_FIELDS = ("tag", "status", "next_tree_width", "stop_reason", "verify_size",
-                     "active_count", "rows_read")
 
 
 def fsm_states(fragment) -> dict:
@@ -87,8 +85,7 @@ def profile(tree: str = "serving", *, batch: int = 1, latency: int = 64, vocab: 
             running[0] = True
             await stream_put(ctx, dut.command, step.command)
             completion = await stream_get(ctx, dut.completion)
-            check_step(step, {name: getattr(completion, name) for name in COMPLETION_FIELDS},
-                       case.host)
+            check_step(step, completion_fields(completion), case.host)
         running[0] = False
 
     async def sample(ctx):
@@ -100,11 +97,7 @@ def profile(tree: str = "serving", *, batch: int = 1, latency: int = 64, vocab: 
     simulator = Simulator(fragment)
     simulator.add_clock(1e-8)
     simulator.add_testbench(bench)
-    ports = [memory.serve_read(dut.read, params.port_bits),
-             *(memory.serve_write(port, params.port_bits)
-               for port in (dut.result_write, dut.mask_write, dut.table_write)),
-             *(memory.serve_read(port, params.logit_port_bits) for port in dut.logits)]
-    for server in (*ports, sample):
+    for server in (*memory.serve_engine(dut, params), sample):
         simulator.add_testbench(server, background=True)
     simulator.run()
     return clocks

@@ -23,7 +23,7 @@ from sim.tree_verify.results import expected
 from .host import STOP_REASONS, EngineHost, run_beats
 
 __all__ = ["Scenario", "Step", "budget_widths", "caller_tree", "check_step",
-           "check_port_counters", "engine_config"]
+           "completion_fields", "check_port_counters", "engine_config"]
 
 
 def caller_tree(rng, batch, n, vocab) -> dict:
@@ -514,6 +514,17 @@ class Scenario:
                 step.input_count = input_count
                 self._input_count = input_count + out["next_tree_width"]
         return step
+
+
+#: The completion's fields ``check_step`` compares.
+COMPLETION_FIELDS = ("tag", "status", "next_tree_width", "stop_reason", "verify_size",
+                     "active_count", "rows_read")
+
+
+def completion_fields(completion) -> dict:
+    """A completion (the engine's ``completion`` payload as Amaranth's simulator reads it) as
+    the dict ``check_step`` takes."""
+    return {name: getattr(completion, name) for name in COMPLETION_FIELDS}
 
 
 def check_step(step: Step, completion, host: EngineHost):
