@@ -7,8 +7,10 @@ per command from the port counters; the unfused chain is the sum of the eight ke
 measured anew: the file is a view of ``reports/cycle_budget.json``.
 """
 
-__all__ = ["ENGINE", "SERVING_POINT", "ROUND_LIMIT_US", "BYTE_RATIO_GATE",
-           "render_fusion_design", "render_engine_resources"]
+import re
+
+__all__ = ["ENGINE", "SERVING_POINT", "ROUND_LIMIT_US", "BYTE_RATIO_GATE", "BATCH_PLOT",
+           "render_fusion_design", "render_engine_resources", "batch_series", "plot_batches"]
 
 ENGINE = "dataflow"
 #: The unfused kernels the fused verify (phase ``fused``) replaces.
@@ -19,6 +21,10 @@ REPLACED_BY_FUSED_VERIFY = ("logits_to_probas", "reject_sample")
 SERVING_POINT = "serving-b1-v128256"
 ROUND_LIMIT_US = 20.0
 BYTE_RATIO_GATE = 20.0
+#: The plot of the engine's round against batch size, next to ``fusion_design.md``.
+BATCH_PLOT = "fusion_batches.png"
+#: A contract point's id (``flow.report.contract_points``): tree, batch size, vocabulary.
+POINT_ID = re.compile(r"^(?P<tree>[a-z][a-z0-9_]*)-b(?P<batch>\d+)-v(?P<vocab>\d+)$")
 
 #: What each engine port carries (docs/engine.md, "Ports and counters").
 PORT_CONTENTS = {
@@ -109,6 +115,7 @@ def render_fusion_design(sheet: dict, resources: list[str] = ()) -> str | None:
                  f"traffic is in the per-port table below."]
     text += ["", _gates(engine.get(SERVING_POINT),
                         _chain(sheet, SERVING_POINT, unfused_kernels)), ""]
+    text += _batch_section(sheet)
     text += ["## Engine bytes per port", ""]
     text += _table(["port", "carries"], [[f"`{k}`", v] for k, v in PORT_CONTENTS.items()],
                    "ll")
@@ -140,6 +147,82 @@ def render_fusion_design(sheet: dict, resources: list[str] = ()) -> str | None:
     if resources:
         text += ["## Resources of the default engine build", "", *resources, ""]
     return "\n".join(text)
+
+
+def batch_series(sheet: dict) -> dict[tuple[str, int], list[dict]]:
+    """The engine's rows by (tree, vocabulary), each series in increasing batch size: the
+    rows with their ``batch``."""
+    series = {}
+    for r in sheet["rows"]:
+        match = POINT_ID.match(r["point"])
+        if r["kernel"] == ENGINE and match:
+            key = (match["tree"], int(match["vocab"]))
+            series.setdefault(key, []).append({**r, "batch": int(match["batch"])})
+    return {key: sorted(rows, key=lambda r: r["batch"]) for key, rows in series.items()}
+
+
+def _batch_section(sheet: dict) -> list[str]:
+    """Markdown lines: the round against batch size, next to the memory-bound floor."""
+    clock = sheet["board"]["clock_mhz"]
+    rows = []
+    for (tree, vocab), series in batch_series(sheet).items():
+        first = series[0]
+        for r in series:
+            floor = r["hbm_floor_us"] * clock
+            slower = r.get("at_latency", {})
+            rows.append([f"{tree}, V = {vocab:,}", r["batch"], f"{r['cycles']:,}",
+                         f"{r['cycles'] / first['cycles']:.2f}x" if first["batch"] == 1
+                         else "–",
+                         f"{r['microseconds']:.2f}", f"{floor:,.0f}",
+                         f"{r['cycles'] / floor:.1f}x" if floor else "–",
+                         ", ".join(f"{v['cycles']:,} at {x}" for x, v in slower.items())
+                         or "–"])
+    if not rows:
+        return []
+    latency = {r.get("memory_latency") for s in batch_series(sheet).values() for r in s}
+    said = ", ".join(str(x) for x in sorted(latency, key=str))
+    return ["## The round against batch size", "",
+            f"![cycles per round against batch size]({BATCH_PLOT})", "",
+            f"Cycles per round (memory read latency {said} clocks) against the memory-bound "
+            f"floor: the round's bytes at the board's peak HBM bandwidth "
+            f"({sheet['board']['hbm_bandwidth_gbps']:g} GB/s), in clocks at {clock:g} MHz. "
+            f"`x B = 1`: the round over the same tree's and vocabulary's round at B = 1.", "",
+            *_table(["tree, vocabulary", "B", "cycles", "x B = 1", "µs", "floor (cycles)",
+                     "over the floor", "cycles at other latencies"], rows, "lrrrrrrl"), ""]
+
+
+def plot_batches(sheet: dict, path) -> bool:
+    """PNG at ``path``: the engine's cycles per round against batch size, one line per tree
+    and vocabulary, each next to its memory-bound floor (dashed); False (nothing written)
+    without engine rows."""
+    series = batch_series(sheet)
+    if not series:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    clock = sheet["board"]["clock_mhz"]
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    for index, ((tree, vocab), rows) in enumerate(series.items()):
+        colour = f"C{index % 10}"
+        batches = [r["batch"] for r in rows]
+        ax.plot(batches, [r["cycles"] for r in rows], "o-", color=colour,
+                label=f"{tree}, V = {vocab:,}")
+        ax.plot(batches, [r["hbm_floor_us"] * clock for r in rows], "--", color=colour,
+                linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch size B")
+    ax.set_ylabel(f"cycles per round (at {clock:g} MHz)")
+    ax.set_title("Engine round against batch size (dashed: bytes at peak HBM bandwidth)",
+                 fontsize=10)
+    ax.grid(True, which="both", linewidth=0.3)
+    ax.legend(fontsize=8)
+    fig.savefig(path, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return True
 
 
 def _chain(sheet, point, kernels) -> dict | None:

@@ -13,7 +13,9 @@
   (``python -m hw.synth`` writes it; ``make report`` never runs Yosys); the µs figure of a
   kernel that breaks the rule is marked.
 * ``reports/fusion_design.md`` (once the dataflow engine is measured): what moves through memory
-  per round, the engine's ports and commands against the unfused kernels (``flow.fusion``).
+  per round, the engine's ports and commands against the unfused kernels, and the round against
+  batch size next to its memory-bound floor (plotted in ``reports/fusion_batches.png``;
+  ``flow.fusion``).
 
 Progress is numbered on the console and logged to ``build/report/report.log``; the
 simulator output of each measurement goes to ``build/report/<kernel>-<point>.log``.
@@ -34,7 +36,7 @@ from pathlib import Path
 from boards import BOARDS, RESOURCES, Board, board, board_names, load_schema
 
 from .common import REPO_ROOT, Console, FlowError, find_sim_target, git_revision, tool_versions
-from .fusion import render_engine_resources, render_fusion_design
+from .fusion import BATCH_PLOT, plot_batches, render_engine_resources, render_fusion_design
 from .timing import clock_it_meets
 
 __all__ = ["CONTRACT", "REPORT_DIR", "LOG_DIR", "SYNTH_DIR", "load_contract",
@@ -79,6 +81,13 @@ def load_contract(path: Path = CONTRACT) -> dict:
     for tree in contract.get("trees", []):
         if tree.get("tree_width", 0) > tree.get("node_top_k", 0):
             errors.append(f"trees/{tree.get('id')}: tree_width exceeds node_top_k")
+    partial = contract.get("partial_batches")
+    if partial is not None and not errors:
+        for key, known in (("batch_sizes", contract["batch_sizes"]),
+                           ("kernels", list(contract["kernels"])), ("trees", ids)):
+            unknown = [x for x in partial.get(key, ()) if x not in known]
+            if unknown:
+                errors.append(f"partial_batches/{key}: {unknown} not in the contract's {key}")
     if errors:
         raise FlowError(f"benchmark contract {path} is invalid:\n  " + "\n  ".join(errors))
     return contract
@@ -105,6 +114,17 @@ def contract_points(contract: dict) -> list[dict]:
             "clock_mhz": float(contract["clock_mhz"]),
         })
     return points
+
+
+def out_of_scope(contract: dict, kernel: str, point: dict) -> str | None:
+    """Why the contract measures ``kernel`` nowhere at ``point`` (its ``partial_batches``
+    table: batch sizes measured for some kernels and trees only), or None."""
+    partial = contract.get("partial_batches")
+    if partial is None or point["batch"] not in partial["batch_sizes"]:
+        return None
+    if kernel in partial["kernels"] and point["tree"] in partial.get("trees", [point["tree"]]):
+        return None
+    return partial["reason"]
 
 
 def _table(header: list[str], rows: list[list], align: str | None = None) -> str:
@@ -307,6 +327,9 @@ def measure_kernels(contract: dict, points: list[dict], target: Board, console: 
             continue
         log_dir.mkdir(parents=True, exist_ok=True)
         for point in points:
+            if reason := out_of_scope(contract, kernel, point):
+                missing.append({"kernel": kernel, "point": point["id"], "reason": reason})
+                continue
             log_file = log_dir / f"{kernel}-{point['id']}.log"
             start = time.monotonic()
             try:
@@ -350,8 +373,8 @@ def measure_kernels(contract: dict, points: list[dict], target: Board, console: 
                 "notes": result.get("notes"),
                 "source": result.get("source")
                 or f"simulation: sim target `{kernel}` measure(), seed {seed}",
-                **{key: result[key] for key in ("rows_read", "logit_bytes", "commands")
-                   if key in result},
+                **{key: result[key] for key in ("rows_read", "logit_bytes", "memory_latency",
+                                                "at_latency", "commands") if key in result},
             })
             console.detail(f"  {point['id']}: {result} ({time.monotonic() - start:.1f} s)")
         measured = [r for r in rows if r["kernel"] == kernel]
@@ -435,17 +458,39 @@ def render_budget(sheet: dict) -> str:
         sources = {r["kernel"]: r["source"] for r in sheet["rows"] if _by_formula(r)}
         text += ["", *(f"{FORMULA_MARK} `{kernel}`: {source}." for kernel, source
                        in sources.items())]
+        text += _latency_table(sheet["rows"])
     else:
         text.append("No measurements yet: no kernel's simulation target defines `measure()`.")
     text += ["", "## Not measured", ""]
     if sheet["not_measured"]:
-        text.append(_table(["kernel", "point", "reason"],
-                           [[m["kernel"], m["point"] or "all", m["reason"]]
-                            for m in sheet["not_measured"]]))
+        groups = {}  # (kernel, reason) -> points, in sheet order
+        for m in sheet["not_measured"]:
+            groups.setdefault((m["kernel"], m["reason"]), []).append(m["point"] or "all")
+        text.append(_table(["kernel", "points", "reason"],
+                           [[kernel, ", ".join(points), reason]
+                            for (kernel, reason), points in groups.items()]))
     else:
         text.append("Every kernel is measured at every point.")
     text.append("")
     return "\n".join(text)
+
+
+def _latency_table(rows: list[dict]) -> list[str]:
+    """Lines of the section comparing the rows measured at several memory read latencies
+    (``memory_latency``, ``at_latency``); none without such rows."""
+    rows = [r for r in rows if r.get("at_latency")]
+    if not rows:
+        return []
+    others = sorted({int(x) for r in rows for x in r["at_latency"]}, reverse=True)
+    return ["", "## Memory read latency", "",
+            "The rows measured at more than one memory read latency (every channel answering "
+            "that many clocks after the request): the table's figure, then the same round at "
+            "the others.", "",
+            _table(["kernel", "point", "latency (clocks)", "cycles",
+                    *(f"cycles at {x} clocks" for x in others)],
+                   [[r["kernel"], r["point"], r["memory_latency"], f"{r['cycles']:,}",
+                     *(f"{r['at_latency'][str(x)]['cycles']:,}" if str(x) in r["at_latency"]
+                       else "–" for x in others)] for r in rows], "llrr" + "r" * len(others))]
 
 
 def _by_formula(row: dict) -> bool:
@@ -541,9 +586,12 @@ def plot_budget(sheet: dict, path: Path) -> None:
 
 
 def _keep_other_kernels(path: Path, selected: list[str], rows: list[dict],
-                        missing: list[dict], order: list[str]) -> tuple[list, list]:
+                        missing: list[dict], contract: dict,
+                        points: list[dict]) -> tuple[list, list]:
     """``rows``/``missing`` of the selected kernels merged with the other kernels' entries of
-    the sheet at ``path`` (``--keep-others``, ``--verdicts-only``), in contract order."""
+    the sheet at ``path`` (``--keep-others``, ``--verdicts-only``), in contract order; the
+    other kernels' points out of the contract's scope (``out_of_scope``) are listed even
+    when the sheet predates them."""
     try:
         previous = json.loads(path.read_text())
     except (OSError, ValueError) as error:
@@ -554,7 +602,15 @@ def _keep_other_kernels(path: Path, selected: list[str], rows: list[dict],
                   "proxy_clock_mhz": proxy_clock(r["kernel"])}
                  for r in previous["rows"] if r["kernel"] not in selected]
     kept_missing = [m for m in previous["not_measured"] if m["kernel"] not in selected]
+    listed = {(m["kernel"], m["point"]) for m in kept_missing}
+    kept_missing += [{"kernel": kernel, "point": point["id"], "reason": reason}
+                     for kernel in contract["kernels"]
+                     if kernel not in selected and (kernel, None) not in listed
+                     for point in points
+                     if (reason := out_of_scope(contract, kernel, point))
+                     and (kernel, point["id"]) not in listed]
     missing = [m for m in missing if m["kernel"] in selected]
+    order = list(contract["kernels"])
     rank = {kernel: i for i, kernel in enumerate(order)}
     return (sorted(kept_rows + rows, key=lambda r: rank.get(r["kernel"], len(order))),
             sorted(kept_missing + missing, key=lambda m: rank.get(m["kernel"], len(order))))
@@ -625,7 +681,7 @@ def main(argv=None) -> int:
             contract, points, target, console, kernels=args.kernel)
         if args.verdicts_only or (args.keep_others and args.kernel):
             rows, missing = _keep_other_kernels(out / "cycle_budget.json", selected, rows,
-                                                missing, list(contract["kernels"]))
+                                                missing, contract, points)
         console.step("writing the cycle budget sheet (JSON, Markdown)")
         for name in _measured_outside_contract(contract):
             missing.append({"kernel": name, "point": None,
@@ -639,7 +695,9 @@ def main(argv=None) -> int:
         fusion = render_fusion_design(sheet, render_engine_resources(SYNTH_DIR, target))
         if fusion is not None:
             (out / "fusion_design.md").write_text(fusion)
-            console.say(f"  {out / 'fusion_design.md'}: the engine against the unfused kernels")
+            plot_batches(sheet, out / BATCH_PLOT)
+            console.say(f"  {out / 'fusion_design.md'}, {out / BATCH_PLOT}: the engine "
+                        f"against the unfused kernels and against batch size")
         console.step(f"plotting {out / 'cycle_budget.png'}")
         plot_budget(sheet, out / "cycle_budget.png")
         console.say(f"done in {time.monotonic() - started:.1f} s")

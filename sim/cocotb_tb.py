@@ -64,6 +64,12 @@ def write_summary(**summary) -> None:
 async def start_clock_and_reset(dut, *, cycles: int = 2) -> None:
     """Start a 10 ns clock on ``dut.clk`` and hold ``dut.rst`` for ``cycles`` rising edges."""
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    await reset(dut, cycles=cycles)
+
+
+async def reset(dut, *, cycles: int = 2) -> None:
+    """Hold ``dut.rst`` for ``cycles`` rising edges of the running clock; release it on a
+    falling edge."""
     dut.rst.value = 1
     for _ in range(cycles):
         await RisingEdge(dut.clk)

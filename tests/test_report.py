@@ -52,7 +52,10 @@ def test_contract_has_the_operating_points_of_the_issue():
     assert contract["clock_mhz"] == 300.0
     assert contract["hidden_size"] == 4096
     assert contract["hidden_dtype"] == "fp16" and contract["hidden_bytes"] == 2
-    assert contract["batch_sizes"] == [1, 8]
+    assert contract["batch_sizes"] == [1, 8, 32, 128]
+    assert contract["partial_batches"]["batch_sizes"] == [32, 128]
+    assert contract["partial_batches"]["kernels"] == ["dataflow"]
+    assert contract["partial_batches"]["trees"] == ["serving"]
     assert contract["vocab_sizes"] == [32000, 128256]
     trees = {t["id"]: t for t in contract["trees"]}
     assert (trees["eagle2"]["node_top_k"], trees["eagle2"]["depth"],
@@ -64,14 +67,20 @@ def test_contract_has_the_operating_points_of_the_issue():
                                          "logits_to_probas", "reject_sample", "verify_result",
                                          "active_slots", "tree_verify", "dataflow"]
     points = flow.report.contract_points(contract)
-    assert len(points) == 12
+    assert len(points) == 24
     assert points[0] == {
         "id": "eagle2-b1-v32000", "tree": "eagle2",
         "description": "paper-faithful EAGLE-2: top-k 10, depth 5, 60 tokens",
         "node_top_k": 10, "tree_width": 10, "depth": 5, "verify_num": 60, "batch": 1,
         "vocab": 32000, "hidden_size": 4096, "hidden_dtype": "fp16", "hidden_bytes": 2,
         "clock_mhz": 300.0}
-    assert len({p["id"] for p in points}) == 12
+    assert len({p["id"] for p in points}) == 24
+    engine = [p["id"] for p in points if flow.report.out_of_scope(contract, "dataflow", p)
+              is None]
+    assert engine == [p["id"] for p in points if p["batch"] <= 8 or p["tree"] == "serving"]
+    assert "serving-b128-v128256" in engine
+    assert all(flow.report.out_of_scope(contract, "score", p) == (
+        contract["partial_batches"]["reason"] if p["batch"] > 8 else None) for p in points)
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -81,6 +90,12 @@ def test_contract_has_the_operating_points_of_the_issue():
     (lambda t: t.replace('id = "small"', 'id = "serving"'), "duplicate id"),
     (lambda t: t + "\nunknown_key = 1\n", "unknown_key"),
     (lambda t: t.replace("[kernels]", "[kernels"), "cannot read"),
+    (lambda t: t.replace('trees = ["serving"]', 'trees = ["serve"]'),
+     r"partial_batches/trees: \['serve'\] not in the contract's trees"),
+    (lambda t: t.replace('kernels = ["dataflow"]', 'kernels = ["engine"]'),
+     "partial_batches/kernels"),
+    (lambda t: t.replace("batch_sizes = [32, 128]", "batch_sizes = [32, 64]"),
+     "partial_batches/batch_sizes"),
 ])
 def test_invalid_contract_is_refused(tmp_path, capsys, isolated, edit, message):
     broken = tmp_path / "contract.toml"
@@ -177,14 +192,24 @@ def test_measurements_make_rows_and_the_reruns_are_identical(tmp_path, capsys, w
     assert row["bound"] == ("hbm" if row["hbm_floor_us"] > row["microseconds"] else "cycles")
     assert row["phase"] == "draft"
     skipped = [m for m in sheet["not_measured"] if m["kernel"] == "score"]
-    assert [m["point"] for m in skipped] == ["eagle2-b1-v32000", "eagle2-b1-v128256",
-                                            "eagle2-b8-v32000", "eagle2-b8-v128256"]
+    assert [m["point"] for m in skipped if m["point"].startswith("eagle2")] == [
+        "eagle2-b1-v32000", "eagle2-b1-v128256", "eagle2-b8-v32000", "eagle2-b8-v128256",
+        *(f"eagle2-b{b}-v{v}" for b in (32, 128) for v in (32000, 128256))]
     assert skipped[0]["reason"] == "N = 100 needs `sort_width` 128"
+    scope = flow.report.load_contract()["partial_batches"]["reason"]
+    assert [m["point"] for m in skipped if m["reason"] == scope] == [
+        f"{tree}-b{b}-v{v}" for tree in ("eagle2", "serving", "small") for b in (32, 128)
+        for v in (32000, 128256)]
     budget = first["cycle_budget.md"].decode()
     assert "| score | draft | serving-b8-v32000 | 11,720 |" in budget
     assert "| 0.233 | not synthesised |" in budget
     assert row["timing_rule"] == "not synthesised"
-    assert "8 of 12 points measured" in stdout
+    assert "8 of 24 points measured" in stdout
+    # one line per kernel and reason, its points listed
+    assert "| score | eagle2-b1-v32000, eagle2-b1-v128256, eagle2-b8-v32000, " \
+           "eagle2-b8-v128256 | N = 100 needs `sort_width` 128 |" in budget
+    assert "| score | eagle2-b32-v32000, eagle2-b32-v128256, eagle2-b128-v32000, " \
+           "eagle2-b128-v128256, serving-b32-v32000, " in budget
 
     status, _, stderr = run(capsys, "--out", str(out))
     assert status == 0, stderr
@@ -271,6 +296,10 @@ def test_keep_others_remeasures_one_kernel_and_keeps_the_other_rows(tmp_path, ca
     isolated["work_deltas"] = _fake_target(measure(20))
     assert run(capsys, "--out", str(tmp_path))[0] == 0
     before = json.loads((tmp_path / "cycle_budget.json").read_text())
+    # as if the sheet predated the contract's B = 32 points: they come back, listed once
+    older = {**before, "not_measured": [m for m in before["not_measured"]
+                                        if "-b32-" not in (m["point"] or "")]}
+    (tmp_path / "cycle_budget.json").write_text(json.dumps(older))
     isolated["score"] = _fake_target(measure(30))
     status, _, stderr = run(capsys, "--out", str(tmp_path), "--kernel", "score",
                             "--keep-others")
@@ -282,6 +311,9 @@ def test_keep_others_remeasures_one_kernel_and_keeps_the_other_rows(tmp_path, ca
     assert {r["cycles"] for r in sheet["rows"] if r["kernel"] == "score"} == {31, 38}
     assert [r["kernel"] for r in sheet["rows"]] == [r["kernel"] for r in before["rows"]]
     assert "not selected (--kernel)" not in {m["reason"] for m in sheet["not_measured"]}
+    entries = [(m["kernel"], m["point"]) for m in sheet["not_measured"]]
+    assert len(entries) == len(set(entries))
+    assert set(entries) == {(m["kernel"], m["point"]) for m in before["not_measured"]}
 
 
 def test_keep_others_without_a_sheet_fails_naming_it(tmp_path, capsys, isolated):
@@ -316,7 +348,7 @@ def test_failing_measurement_fails_the_step(tmp_path, capsys, isolated):
     isolated["score"] = _fake_target(measure)
     status, _, stderr = run(capsys, "--out", str(tmp_path))
     assert status == 1
-    assert "error: step [4/15] measuring score (draft) at 12 contract points failed: " \
+    assert "error: step [4/15] measuring score (draft) at 24 contract points failed: " \
            "measuring kernel `score` at point eagle2-b1-v32000 failed: RuntimeError: cocotb " \
            "test failed" in stderr
 
@@ -346,7 +378,8 @@ def test_targets_with_measure_outside_the_contract_are_found():
 
 def _sheet_row(kernel, point, phase, *, cycles, total, **extra):
     return {"kernel": kernel, "point": point, "phase": phase, "cycles": cycles,
-            "microseconds": cycles / 300, "bytes_total": total, **extra}
+            "microseconds": cycles / 300, "bytes_total": total,
+            "hbm_floor_us": total / 819e3, **extra}
 
 
 def test_fusion_design_states_both_gates_at_the_serving_point():
@@ -362,8 +395,8 @@ def test_fusion_design_states_both_gates_at_the_serving_point():
     rows = [_sheet_row(k, p, kernels[k], cycles=3000, total=1000) for k in unfused
             for p in points] + [_sheet_row("tree_verify", points[0], "fused", cycles=300,
                                            total=500)]
-    sheet = {"seed": 1, "board": {"clock_mhz": 300.0}, "points": points, "kernels": kernels,
-             "rows": rows}
+    sheet = {"seed": 1, "board": {"clock_mhz": 300.0, "hbm_bandwidth_gbps": 819.0},
+             "points": points, "kernels": kernels, "rows": rows}
     assert render_fusion_design(sheet) is None  # no engine row yet
     engine = _sheet_row("dataflow", "serving-b1-v128256", "round", cycles=7500, total=400,
                         ports={"read": 100, "logits0": 150, "logits1": 150},
@@ -379,6 +412,37 @@ def test_fusion_design_states_both_gates_at_the_serving_point():
     assert "(20.0x): meets the 20x goal" in text
     assert "| serving-b1-v128256 | 100 | 300 | 0 | 0 | 0 |" in text  # logits ports summed
     assert "| `verify` | 1 | 5,000 | 0 | 300 | 0 | 0 | 0 |" in text
+
+
+def test_fusion_design_plots_the_round_against_batch_size(tmp_path):
+    """The engine's rows of one tree and vocabulary, in batch order, each against its
+    memory-bound floor and its B = 1 round, with the other memory latency's cycles."""
+    from flow.fusion import BATCH_PLOT, plot_batches, render_fusion_design
+
+    contract = flow.report.load_contract()
+    points = [f"serving-b{b}-v128256" for b in (1, 8, 32, 128)]
+    # 819,000 bytes per request: the floor is 1 µs = 300 clocks per request
+    rows = [_sheet_row("dataflow", point, "round", cycles=cycles, total=819_000 * b,
+                       memory_latency=64, at_latency={"4": {"cycles": cycles - 100}},
+                       ports={}, source="simulated")
+            for point, b, cycles in zip(reversed(points), (128, 32, 8, 1),
+                                        (96_000, 24_000, 6_000, 2_000), strict=True)]
+    sheet = {"seed": 1, "board": {"clock_mhz": 300.0, "hbm_bandwidth_gbps": 819.0},
+             "points": points, "kernels": dict(contract["kernels"]), "rows": rows}
+    text = render_fusion_design(sheet)
+    assert f"![cycles per round against batch size]({BATCH_PLOT})" in text
+    assert "(memory read latency 64 clocks)" in text
+    table = [line for line in text.splitlines() if line.startswith("| serving, V = 128,256 |")]
+    assert table == [
+        "| serving, V = 128,256 | 1 | 2,000 | 1.00x | 6.67 | 300 | 6.7x | 1,900 at 4 |",
+        "| serving, V = 128,256 | 8 | 6,000 | 3.00x | 20.00 | 2,400 | 2.5x | 5,900 at 4 |",
+        "| serving, V = 128,256 | 32 | 24,000 | 12.00x | 80.00 | 9,600 | 2.5x | 23,900 at 4 |",
+        "| serving, V = 128,256 | 128 | 96,000 | 48.00x | 320.00 | 38,400 | 2.5x | "
+        "95,900 at 4 |"]
+    assert plot_batches(sheet, tmp_path / BATCH_PLOT)
+    assert (tmp_path / BATCH_PLOT).read_bytes().startswith(b"\x89PNG")
+    assert not plot_batches({**sheet, "rows": []}, tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()
 
 
 def test_engine_resources_add_the_v80_lanes(tmp_path):

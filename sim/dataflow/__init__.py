@@ -27,31 +27,39 @@ PARAMETERS = {"node_top_k": 2, "max_tree_width": 2, "max_depths": 4, "max_verify
 
 #: The build of the cycle-budget measurement, sized per contract point by
 #: ``EngineTarget.measure_parameters``: the fused verify of ``sim/tree_verify``'s measurement
-#: (two 256-bit ports of bfloat16 logits), 256-bit memory ports, up to 8 requests.
+#: (two 256-bit ports of bfloat16 logits), 256-bit memory ports, 8 request slots and 16
+#: ``req_to_token`` rows (or the point's batch of each, when larger).
 MEASURE_BUILD = {"max_batch": 8, "max_pool_rows": 16, "address_width": 40, "port_bits": 256,
                  "max_seq_len": 1024, "max_vocab_size": 131072, "logit_ports": 2,
                  "logit_port_bits": 256, "logit_format": "bfloat16"}
 #: The sequence length of every request of the measurement, and its table's row length.
 MEASURE_SEQ_LEN, MEASURE_CONTEXT = 256, 1024
+#: The memory read latencies (clocks) the measurement runs its round at: the first is the
+#: budget's figure (HBM through the switch at 300 MHz), the others are for comparison.
+MEASURE_LATENCIES = (64, 4)
 
 
 class EngineTarget(SimTarget):
     def measure_parameters(self, point):
-        """One draft round and its verify step at a benchmark contract point, on a build
-        sized for the point (``MEASURE_BUILD`` with the point's K, W, depths, ``verify_num``,
+        """One draft round and its verify step at a benchmark contract point, at each memory
+        latency of ``MEASURE_LATENCIES``, on a build sized for the point (``MEASURE_BUILD``
+        with the point's K, W, depths, ``verify_num``,
         its round's node count and ``depth * W`` draft inputs; K1's sorter of 64 lanes, 128
         when ``W * K > 64``)."""
         k, w, depth = point["node_top_k"], point["tree_width"], point["depth"]
-        parameters = {**MEASURE_BUILD, "node_top_k": k, "max_tree_width": w,
+        batch = point["batch"]
+        parameters = {**MEASURE_BUILD, "max_batch": max(MEASURE_BUILD["max_batch"], batch),
+                      "max_pool_rows": max(MEASURE_BUILD["max_pool_rows"], batch),
+                      "node_top_k": k, "max_tree_width": w,
                       "max_depths": depth, "max_verify_num": point["verify_num"],
                       "max_node_count": draft_round_node_count(k, w, depth),
                       "max_input_size": depth * w, "sort_width": 64 if w * k <= 64 else 128}
-        check_limits(parameters, {"B": (point["batch"], "max_batch"),
-                                  "V": (point["vocab"], "max_vocab_size")})
+        check_limits(parameters, {"V": (point["vocab"], "max_vocab_size")})
         pitch = -(-point["vocab"] * 2 // 32) * 32
         rows = parameters["max_batch"] * point["verify_num"]
         return parameters, {"point": contract_spec(point), "seq_len": MEASURE_SEQ_LEN,
                             "context_len": MEASURE_CONTEXT,
+                            "latencies": list(MEASURE_LATENCIES),
                             "memory_bytes": rows * pitch + (16 << 20)}
 
 

@@ -29,6 +29,7 @@ import cocotb
 from hw.dataflow.engine import EngineParams, counter_layout
 from hw.kernels.tree_verify import V80_BUILD, TreeVerifyParams
 from sim.bench import KernelBench, write_summary
+from sim.cocotb_tb import reset
 from sim.payload import layout_fields, pack
 from sim.tree_verify.schedule import call_cycles
 
@@ -217,25 +218,54 @@ _OUTPUT_PORTS = ("result_write", "mask_write", "table_write")
 @cocotb.test()
 async def measurement(dut):
     """The cycle budget of one draft round and its verify step (``config["measure"]``:
-    ``point``, ``seq_len``, ``context_len``, ``memory_bytes``), docs/engine.md.
+    ``point``, ``seq_len``, ``context_len``, ``memory_bytes``, ``latencies``), docs/engine.md.
 
-    ``Scenario.contract_round``: ``begin_round``, ``depth`` draft depths at the forced width
-    ``tree_width``, ``build_verify`` (bit-packed mask), ``verify`` (temperature 1, EAGLE-like
-    bfloat16 logits), command after command without idle or back-pressure, every memory
-    channel answering after ``figure_latency`` clocks; each command checked against the golden
-    and its port counters against its runs, as in the other phases. ``cycles``: the sum over
-    the commands of command accepted to completion taken, with the fused verify's share (its
-    clocks in the engine, checked equal to its schedule formula on the simulated build)
-    replaced by the formula's for the V80 build (``V80_BUILD``: 32 ports x 512 bits, 1,024
-    lanes) on the same walks, as ``sim/tree_verify``'s measurement reports it; the simulated
-    figures under ``simulated``. Bytes from the port counters (the V80 build reads the same
-    rows), in all and per command (``commands``).
+    The round (``contract_round``) runs once per memory read latency of ``latencies``, the
+    DUT reset in between; the record is the first latency's (``memory_latency``), the others'
+    cycles go to ``at_latency``. Every latency must move the same bytes on every port.
     """
     bench = await KernelBench.start(dut, BenchParams)
     spec = bench.cfg["measure"]
-    point = spec["point"]
     bench.cfg["memory_bytes"] = spec["memory_bytes"]
-    latency = bench.cfg["figure_latency"]
+    latencies = spec["latencies"]
+    records = []
+    for index, latency in enumerate(latencies):
+        if index:
+            await reset(dut)
+        records.append(await _contract_round(bench, spec, latency))
+        bench.log(f"measurement at memory latency {latency}: {records[-1]}")
+    record = records[0]
+    for latency, other in zip(latencies[1:], records[1:], strict=True):
+        assert other["ports"] == record["ports"], \
+            f"the round moved other bytes at memory latency {latency} ({other['ports']}) " \
+            f"than at {latencies[0]} ({record['ports']})"
+    record["memory_latency"] = latencies[0]
+    record["at_latency"] = {str(latency): {"cycles": other["cycles"], "commands": {
+        name: entry["cycles"] for name, entry in other["commands"].items()}}
+        for latency, other in zip(latencies[1:], records[1:], strict=True)}
+    others = "; ".join(f"{other['cycles']:,} cycles at memory latency {latency}"
+                       for latency, other in zip(latencies[1:], records[1:], strict=True))
+    record["notes"] += f" ({others})" if others else ""
+    write_summary(vectors=sum(r.pop("commands_run") for r in records),
+                  cycles=record["cycles"], measurement=record)
+
+
+async def _contract_round(bench, spec, latency) -> dict:
+    """One ``Scenario.contract_round`` at ``spec["point"]`` on a fresh card memory whose
+    channels all answer after ``latency`` clocks: the measurement record.
+
+    ``begin_round``, ``depth`` draft depths at the forced width ``tree_width``,
+    ``build_verify`` (bit-packed mask), ``verify`` (temperature 1, EAGLE-like bfloat16
+    logits), command after command without idle or back-pressure; each command checked
+    against the golden and its port counters against its runs, as in the other phases.
+    ``cycles``: the sum over the commands of command accepted to completion taken, with the
+    fused verify's share (its clocks in the engine, checked equal to its schedule formula on
+    the simulated build) replaced by the formula's for the V80 build (``V80_BUILD``: 32 ports
+    x 512 bits, 1,024 lanes) on the same walks, as ``sim/tree_verify``'s measurement reports
+    it; the simulated figures under ``simulated``. Bytes from the port counters (the V80 build
+    reads the same rows), in all and per command (``commands``).
+    """
+    dut, point = bench.dut, spec["point"]
     engine = Engine(bench, latency=(latency, latency), stall=0.0, seed=bench.seed,
                     bad_commands=0.0, vocab_size=point["vocab"],
                     pool_rows=max(12, point["batch"]), context_len=spec["context_len"])
@@ -278,7 +308,7 @@ async def measurement(dut):
     per_command["verify"] += sum(v80) - fused
     for name, entry in by_command.items():
         entry["cycles"] = per_command[name]
-    record = {
+    return {
         "cycles": engine.cycles - fused + sum(v80),
         "bytes_in": sum(ports[name] for name in inputs),
         "bytes_out": sum(ports[name] for name in _OUTPUT_PORTS),
@@ -287,6 +317,7 @@ async def measurement(dut):
         "ports": ports,
         "commands": by_command,
         "rows_read": run["rows_read"],
+        "commands_run": commands,
         "source": (f"simulated, with the fused verify's {fused} clocks on the simulated "
                    f"build ({engine.params.logit_ports} x {engine.params.logit_port_bits}-bit "
                    f"ports, bfloat16) replaced by its schedule formula for the V80 build "
@@ -299,11 +330,9 @@ async def measurement(dut):
                   f"{spec['seq_len']}: {commands} commands, cycles by command {per_command} "
                   f"(the verify's fused part by the V80 build's schedule formula); the verify "
                   f"read {run['rows_read']} logits rows (bfloat16), accepted "
-                  f"{record_list(run['accept_length'])}; memory latency {latency} clocks; "
-                  f"requests one after the other"),
+                  f"{record_list(run['accept_length'])}; every memory channel answering after "
+                  f"{latency} clocks"),
     }
-    bench.log(f"measurement: {record}")
-    write_summary(vectors=commands, cycles=record["cycles"], measurement=record)
 
 
 def record_list(values) -> str:
