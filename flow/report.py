@@ -586,34 +586,44 @@ def plot_budget(sheet: dict, path: Path) -> None:
 
 
 def _keep_other_kernels(path: Path, selected: list[str], rows: list[dict],
-                        missing: list[dict], contract: dict,
-                        points: list[dict]) -> tuple[list, list]:
-    """``rows``/``missing`` of the selected kernels merged with the other kernels' entries of
-    the sheet at ``path`` (``--keep-others``, ``--verdicts-only``), in contract order; the
-    other kernels' points out of the contract's scope (``out_of_scope``) are listed even
-    when the sheet predates them."""
+                        missing: list[dict], contract: dict, points: list[dict],
+                        selected_points: list[str] | None = None) -> tuple[list, list]:
+    """``rows``/``missing`` of the selected kernels (at ``selected_points``, default every
+    point) merged with every other entry of the sheet at ``path`` (``--keep-others``,
+    ``--point``, ``--verdicts-only``), in contract order; the kept kernels' points out of the
+    contract's scope (``out_of_scope``) are listed even when the sheet predates them."""
     try:
         previous = json.loads(path.read_text())
     except (OSError, ValueError) as error:
         raise FlowError(f"--keep-others and --verdicts-only need the existing sheet {path}: "
                         f"{error}") from error
+
+    def kept(entry) -> bool:
+        return entry["kernel"] not in selected or (
+            selected_points is not None and entry["point"] is not None
+            and entry["point"] not in selected_points)
+
     # (The verdicts of the kept rows are read again: the synthesis reports may be newer.)
     kept_rows = [{**r, "timing_rule": timing_rule(r["kernel"]),
                   "proxy_clock_mhz": proxy_clock(r["kernel"])}
-                 for r in previous["rows"] if r["kernel"] not in selected]
-    kept_missing = [m for m in previous["not_measured"] if m["kernel"] not in selected]
+                 for r in previous["rows"] if kept(r)]
+    kept_missing = [m for m in previous["not_measured"] if kept(m)]
     listed = {(m["kernel"], m["point"]) for m in kept_missing}
     kept_missing += [{"kernel": kernel, "point": point["id"], "reason": reason}
-                     for kernel in contract["kernels"]
-                     if kernel not in selected and (kernel, None) not in listed
+                     for kernel in contract["kernels"] if (kernel, None) not in listed
                      for point in points
-                     if (reason := out_of_scope(contract, kernel, point))
+                     if kept({"kernel": kernel, "point": point["id"]})
+                     and (reason := out_of_scope(contract, kernel, point))
                      and (kernel, point["id"]) not in listed]
-    missing = [m for m in missing if m["kernel"] in selected]
-    order = list(contract["kernels"])
-    rank = {kernel: i for i, kernel in enumerate(order)}
-    return (sorted(kept_rows + rows, key=lambda r: rank.get(r["kernel"], len(order))),
-            sorted(kept_missing + missing, key=lambda m: rank.get(m["kernel"], len(order))))
+    missing = [m for m in missing if not kept(m)]
+    kernel_rank = {kernel: i for i, kernel in enumerate(contract["kernels"])}
+    point_rank = {point["id"]: i for i, point in enumerate(points)}
+
+    def order(entry):
+        return (kernel_rank.get(entry["kernel"], len(kernel_rank)),
+                point_rank.get(entry["point"], -1))
+
+    return sorted(kept_rows + rows, key=order), sorted(kept_missing + missing, key=order)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -629,6 +639,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--keep-others", action="store_true",
                         help="with --kernel: keep the other kernels' rows of the existing "
                              "cycle_budget.json instead of listing them as not selected")
+    parser.add_argument("--point", action="append", metavar="ID",
+                        help="with --kernel and --keep-others: measure only this contract "
+                             "point (repeatable) and keep every other row of the existing "
+                             "cycle_budget.json (a long point can be measured on its own)")
     parser.add_argument("--verdicts-only", action="store_true",
                         help="measure nothing: keep every row of the existing "
                              "cycle_budget.json, read the 300 MHz verdicts again from "
@@ -655,6 +669,13 @@ def main(argv=None) -> int:
               f"[kernels] table ({', '.join(contract['kernels'])})", file=sys.stderr)
         return 2
     points = contract_points(contract)
+    if args.point:
+        if not (args.kernel and args.keep_others):
+            parser.error("--point measures part of the sheet: give --kernel and --keep-others")
+        unknown = [p for p in args.point if p not in {point["id"] for point in points}]
+        if unknown:
+            parser.error(f"point {', '.join(unknown)} is not a contract point")
+    measured_points = [p for p in points if not args.point or p["id"] in args.point]
     selected = [k for k in contract["kernels"] if args.kernel is None or k in args.kernel]
     if args.verdicts_only:
         if args.kernel:
@@ -678,10 +699,10 @@ def main(argv=None) -> int:
             console.step(f"writing {out / 'env_manifest.txt'}")
             (out / "env_manifest.txt").write_text(render_env_manifest(args.contract))
         rows, missing = ([], []) if args.verdicts_only else measure_kernels(
-            contract, points, target, console, kernels=args.kernel)
+            contract, measured_points, target, console, kernels=args.kernel)
         if args.verdicts_only or (args.keep_others and args.kernel):
             rows, missing = _keep_other_kernels(out / "cycle_budget.json", selected, rows,
-                                                missing, contract, points)
+                                                missing, contract, points, args.point)
         console.step("writing the cycle budget sheet (JSON, Markdown)")
         for name in _measured_outside_contract(contract):
             missing.append({"kernel": name, "point": None,

@@ -26,8 +26,8 @@ from hw.lib.axi import read_port_signature, request_overhead_bits
 from .harness import CONFIG_ENV
 from .payload import pack, unpack
 
-__all__ = ["config", "write_summary", "start_clock_and_reset", "StreamSource", "StreamSink",
-           "StreamBench", "ReadPortMemory", "BurstReadMemory", "latency_and_interval"]
+__all__ = ["config", "write_summary", "start_clock_and_reset", "reset", "Pin", "StreamSource",
+           "StreamSink", "StreamBench", "ReadPortMemory", "BurstReadMemory", "latency_and_interval"]
 
 #: Summary entries that add up over the tests (phases) of one run; others are replaced.
 SUMMED = ("vectors", "requests", "directed_vectors", "random_vectors")
@@ -77,6 +77,21 @@ async def reset(dut, *, cycles: int = 2) -> None:
     dut.rst.value = 0
 
 
+class Pin:
+    """A DUT input that is written only when its value changes: each write is a call into
+    the simulator, and most handshake inputs hold their value for many clocks. ``value`` is
+    what the input holds; nothing else may write the handle."""
+
+    def __init__(self, handle, value: int = 0):
+        self.handle, self.value = handle, value
+        handle.value = value
+
+    def set(self, value: int) -> None:
+        if value != self.value:
+            self.handle.value = value
+            self.value = value
+
+
 class StreamSource:
     """Drives a stream into the DUT from a queue of payload integers.
 
@@ -97,7 +112,7 @@ class StreamSource:
 
     def __init__(self, dut, name: str, *, idle: float = 0.0, rng: random.Random | None = None):
         self.name = name
-        self._valid = getattr(dut, f"{name}__valid")
+        self._valid = Pin(getattr(dut, f"{name}__valid"))
         self._ready = getattr(dut, f"{name}__ready")
         self._payload = getattr(dut, f"{name}__payload")
         self.idle = idle
@@ -105,7 +120,6 @@ class StreamSource:
         self._queue = deque()
         self._offering = False
         self.accepted_at = []
-        self._valid.value = 0
 
     def send(self, payloads) -> None:
         """Queue payload integers for sending."""
@@ -120,10 +134,10 @@ class StreamSource:
             return
         if self._queue and (self.idle <= 0 or self._rng.random() >= self.idle):
             self._payload.value = self._queue[0]
-            self._valid.value = 1
+            self._valid.set(1)
             self._offering = True
         else:
-            self._valid.value = 0
+            self._valid.set(0)
 
     def sample(self, cycle: int) -> None:
         if self._offering and self._ready.value:
@@ -149,11 +163,11 @@ class StreamSink:
         self._ready_now = False
         self.items = []
         self.accepted_at = []
-        self._ready.value = 0
+        self._ready_pin = Pin(self._ready)
 
     def drive(self) -> None:
         self._ready_now = self.backpressure <= 0 or self._rng.random() >= self.backpressure
-        self._ready.value = int(self._ready_now)
+        self._ready_pin.set(int(self._ready_now))
 
     def sample(self, cycle: int) -> None:
         if self._ready_now and self._valid.value:

@@ -316,6 +316,44 @@ def test_keep_others_remeasures_one_kernel_and_keeps_the_other_rows(tmp_path, ca
     assert set(entries) == {(m["kernel"], m["point"]) for m in before["not_measured"]}
 
 
+def test_point_remeasures_one_point_and_keeps_every_other_row(tmp_path, capsys, isolated):
+    def measure(cycles):
+        return lambda point, **_: {"cycles": cycles + point["batch"], "bytes_in": 1,
+                                   "bytes_out": 1, "operations": 0}
+
+    isolated["score"] = _fake_target(measure(10))
+    assert run(capsys, "--out", str(tmp_path))[0] == 0
+    before = json.loads((tmp_path / "cycle_budget.json").read_text())
+    isolated["score"] = _fake_target(measure(30))
+    status, stdout, stderr = run(capsys, "--out", str(tmp_path), "--kernel", "score",
+                                 "--keep-others", "--point", "serving-b8-v32000",
+                                 "--point", "small-b1-v32000")
+    assert status == 0, stderr
+    assert "measuring score (draft) at 2 contract points" in stdout
+    sheet = json.loads((tmp_path / "cycle_budget.json").read_text())
+    validate(sheet, "cycle_budget")
+    changed = {"serving-b8-v32000": 38, "small-b1-v32000": 31}
+    assert [(r["kernel"], r["point"]) for r in sheet["rows"]] == \
+        [(r["kernel"], r["point"]) for r in before["rows"]]
+    assert [r["cycles"] for r in sheet["rows"]] == [
+        changed.get(r["point"], r["cycles"]) if r["kernel"] == "score" else r["cycles"]
+        for r in before["rows"]]
+    assert sheet["not_measured"] == before["not_measured"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--point", "serving-b8-v32000"], "give --kernel and --keep-others"),
+    (["--kernel", "score", "--point", "serving-b8-v32000"], "give --kernel and --keep-others"),
+    (["--kernel", "score", "--keep-others", "--point", "serving-b64-v32000"],
+     "point serving-b64-v32000 is not a contract point"),
+])
+def test_point_argument_errors(tmp_path, capsys, isolated, args, message):
+    with pytest.raises(SystemExit) as exit_:
+        run(capsys, "--out", str(tmp_path), *args)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 def test_keep_others_without_a_sheet_fails_naming_it(tmp_path, capsys, isolated):
     isolated["score"] = _fake_target(lambda point, **_: {"cycles": 1, "bytes_in": 1,
                                                          "bytes_out": 1, "operations": 0})

@@ -25,6 +25,7 @@ import numpy as np
 
 from hw.dataflow.memory_ports import read_port_signature, write_port_signature
 
+from ..cocotb_tb import Pin
 from ..payload import pack, unpack
 
 __all__ = ["CardMemory", "ClockedReadPort", "ClockedWritePort", "ReadServer",
@@ -284,9 +285,13 @@ class WriteServer:
         if beat is not None:
             data, strobe, last = (int(value) for value in beat)
             address, left = self.pending[0]
-            for byte in range(self.port_bytes):
-                if strobe >> byte & 1:
-                    self.memory.data[address + byte] = (data >> (8 * byte)) & 0xFF
+            if strobe == (1 << self.port_bytes) - 1:
+                self.memory.data[address:address + self.port_bytes] = np.frombuffer(
+                    data.to_bytes(self.port_bytes, "little"), np.uint8)
+            else:
+                for byte in range(self.port_bytes):
+                    if strobe >> byte & 1:
+                        self.memory.data[address + byte] = (data >> (8 * byte)) & 0xFF
             if (left == 1) != bool(last):
                 raise AssertionError(f"write burst at {address:#x}: `last` on the wrong beat")
             self.pending[0] = [address + self.port_bytes, left - 1]
@@ -333,16 +338,16 @@ class CocotbReadPort(_CocotbPort):
         self._r_valid, self._r_ready, self._r = self.channel("r")
         self._r_layout = signature.members["r"].signature.members["payload"].shape
         self._ar_ready_now = False
-        self._beat = None
-        self._ar_ready.value = 0
-        self._r_valid.value = 0
+        self._beat = self._shown = None  # the beat offered, the beat on the payload
+        self._ar_ready_pin, self._r_valid_pin = Pin(self._ar_ready), Pin(self._r_valid)
 
     def drive(self) -> None:
         self._ar_ready_now, self._beat = self.server.drive()
-        self._ar_ready.value = int(self._ar_ready_now)
-        if self._beat is not None:
+        self._ar_ready_pin.set(int(self._ar_ready_now))
+        if self._beat is not None and self._beat is not self._shown:
             self._r.value = pack(self._r_layout, 1, **self._beat)[0]
-        self._r_valid.value = int(self._beat is not None)
+            self._shown = self._beat
+        self._r_valid_pin.set(int(self._beat is not None))
 
     def sample(self, cycle: int) -> None:
         request = None
@@ -362,14 +367,13 @@ class CocotbWritePort(_CocotbPort):
         self._w_valid, self._w_ready, self._w = self.channel("w")
         self._b_valid, self._b_ready, b = self.channel("b")
         self._now = (False, False, False)
-        for handle in (self._aw_ready, self._w_ready, self._b_valid, b):
-            handle.value = 0
+        b.value = 0
+        self._pins = [Pin(handle) for handle in (self._aw_ready, self._w_ready, self._b_valid)]
 
     def drive(self) -> None:
         self._now = self.server.drive()
-        for handle, value in zip((self._aw_ready, self._w_ready, self._b_valid), self._now,
-                                 strict=True):
-            handle.value = int(value)
+        for pin, value in zip(self._pins, self._now, strict=True):
+            pin.set(int(value))
 
     def sample(self, cycle: int) -> None:
         aw_ready, w_ready, respond = self._now
