@@ -26,9 +26,10 @@ from pathlib import Path
 import numpy as np
 
 from golden.engine import EngineConfig, Status
+from sim.dataflow.verilated import verilated_library
 
 from .checks import check_real
-from .rtl import RtlBackend, _Round, verilated_library
+from .rtl import RtlBackend, _Round
 
 __all__ = ["CardDevice", "SimulatedCard", "XrtCard", "CardUnavailable", "DeviceMemory",
            "KernelRegisters", "CardBackend"]

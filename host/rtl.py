@@ -14,11 +14,11 @@ every memory port, summed, their change over the command).
 
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from golden.engine import Completion, EngineConfig, Phase, SlotState, Status
+from sim.dataflow.verilated import verilated_library
 
 from .backend import Backend, CommandResult
 from .checks import check_integer
@@ -160,15 +160,7 @@ class RtlBackend(Backend):
         self.memory = CardMemory(card_memory_bytes(params, rows, context, config.vocab_size),
                                  latency=(latency, latency), stall=0.0)
         self.host = EngineHost(params, self.memory, table)
-        port = dict(port_bits=params.port_bits, address_width=params.address_width)
-        self.ports = [self.memory.clocked_read(model, "read", **port)]
-        for name in params.port_names[1:]:
-            if name.startswith("logits"):
-                self.ports.append(self.memory.clocked_read(
-                    model, f"logits__{name[len('logits'):]}",
-                    port_bits=params.logit_port_bits, address_width=params.verify.address_width))
-            else:
-                self.ports.append(self.memory.clocked_write(model, name, **port))
+        self.ports = self.memory.engine_ports(model, params, front="clocked")
         self._command_fields = {name: 0 for name, _, _ in layout_fields(params.command_layout)}
         self._completion = layout_fields(params.completion_layout)
         self._pack = lambda **fields: pack(params.command_layout, 1, **fields)[0]
@@ -438,30 +430,6 @@ class RtlBackend(Backend):
                                f"{command['tag']}")
         self._table = self.host.req_to_token()
         return fields, cycle - accepted + 1, self._bytes() - before
-
-
-def verilated_library(top: str, parameters: tuple, log) -> Path:
-    """The shared library of the engine's ``top`` for ``parameters`` (``(name, value)`` pairs
-    of ``EngineParams``): ``"engine"`` (``PersistentEngine``, the rtl backend's) or
-    ``"kernel"`` (its Vitis kernel ``EngineKernel``, the card backend's). Once per process
-    from memory, else from ``sim.verilated``'s index (keyed by the parameters and the ``hw/``
-    sources), else elaborated and built (cached by its Verilog)."""
-    if (top, parameters) not in _LIBRARIES:
-        from hw.dataflow.engine import PersistentEngine
-        from hw.dataflow.vitis_top import EngineKernel
-        from sim.harness import REPO_ROOT
-        from sim.verilated import build_indexed
-
-        component, name, key = {
-            "engine": (PersistentEngine, "top", repr(parameters)),
-            "kernel": (EngineKernel, "dataflow", f"EngineKernel{parameters!r}")}[top]
-        _LIBRARIES[top, parameters] = build_indexed(
-            lambda: component(**dict(parameters)), key=key,
-            sources=(REPO_ROOT / "hw").glob("**/*.py"), name=name, log=log)
-    return _LIBRARIES[top, parameters]
-
-
-_LIBRARIES: dict = {}
 
 
 def _stderr(message):

@@ -122,8 +122,7 @@ def test_soak_under_verilator(sim_report):
 @pytest.mark.parametrize("tree", ["small", "serving", "eagle2"])
 def test_contract_trees_under_verilator(tree, sim_report):
     """Random rounds on the cycle budget's build of each contract tree (K = 4, 8, 10; W up to
-    K; the measurement's model, so `make report` and this test build it once): ``figures``
-    and ``random`` at V = 32, every command against the golden."""
+    K): ``figures`` and ``random`` at V = 32, every command against the golden."""
     from flow.report import contract_points, load_contract
 
     point = next(p for p in contract_points(load_contract()) if p["tree"] == tree)

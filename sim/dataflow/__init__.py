@@ -7,7 +7,8 @@ for a command (``EngineHost.port_runs``); ``memory`` is the card memory with its
 servers (random latency and stalls; an Amaranth and a cocotb front end on one bookkeeping);
 ``rounds`` draws seeded rounds with bad commands and runs them on ``golden.engine.Engine``
 (``Scenario``, ``check_step``); ``cases`` reads command-sequence case files (``CASE=``);
-``tb`` is the cocotb testbench (phases ``figures``, ``random``; ``case``); ``profile``
+``tb`` is the cocotb testbench (phases ``figures``, ``random``; ``case``); ``measure`` the
+cycle budget's measurement on the in-process Verilated model; ``profile``
 (``python -m sim.dataflow.profile``) prints the clocks a contract round spends in each state of
 every FSM.
 """
@@ -62,6 +63,20 @@ class EngineTarget(SimTarget):
                             "latencies": list(MEASURE_LATENCIES),
                             "memory_bytes": rows * pitch + (16 << 20)}
 
+
+    def measure(self, point, *, seed, log_file=None):
+        """The cycle budget of one contract point, measured on the in-process Verilated model
+        (``sim.dataflow.measure``: the testbench's checks without cocotb, several times
+        faster) of ``measure_parameters(point)``; progress goes to ``log_file``."""
+        from .measure import measure_point
+
+        parameters, spec = self.measure_parameters(point)
+        if log_file is None:
+            return measure_point(parameters, spec, seed=seed, log=lambda line: None)
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_file, "w") as log:
+            return measure_point(parameters, spec, seed=seed,
+                                 log=lambda line: print(line, file=log, flush=True))
 
     def case_parameters(self, case, parameters):
         """The build ``parameters`` with the case's ``parameters`` entries (a case may name a

@@ -173,6 +173,20 @@ class CardMemory:
                   for port in (dut.result_write, dut.mask_write, dut.table_write)),
                 *(self.serve_read(port, params.logit_port_bits) for port in dut.logits)]
 
+    def engine_ports(self, target, params, *, front: str) -> list:
+        """Endpoints answering every memory port of a Verilated ``PersistentEngine`` of build
+        ``params``, in ``params.port_names`` order: ``front`` ``"clocked"`` (``target`` a
+        model the caller clocks, ``sim.verilated.Model``) or ``"cocotb"`` (a cocotb DUT)."""
+        read, write = {"clocked": (self.clocked_read, self.clocked_write),
+                       "cocotb": (self.cocotb_read, self.cocotb_write)}[front]
+        port = dict(port_bits=params.port_bits, address_width=params.address_width)
+        logits = dict(port_bits=params.logit_port_bits,
+                      address_width=params.verify.address_width)
+        return [read(target, f"logits__{name[len('logits'):]}", **logits)
+                if name.startswith("logits") else
+                read(target, name, **port) if name == "read" else write(target, name, **port)
+                for name in params.port_names]
+
     # --- cocotb front ends --------------------------------------------------------------------
 
     def cocotb_read(self, dut, prefix, *, port_bits, address_width):

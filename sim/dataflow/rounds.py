@@ -17,13 +17,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from golden.engine import Engine, EngineConfig, Status
+from hw.dataflow.engine import counter_layout
+from sim.payload import layout_fields
 from sim.tree_verify.call import Call, to_bfloat16
 from sim.tree_verify.results import expected
 
 from .host import STOP_REASONS, EngineHost, run_beats
 
 __all__ = ["Scenario", "Step", "budget_widths", "caller_tree", "check_step",
-           "completion_fields", "check_port_counters", "engine_config"]
+           "completion_fields", "check_port_counters", "engine_config", "port_counters",
+           "work_clocks"]
 
 
 def caller_tree(rng, batch, n, vocab) -> dict:
@@ -421,7 +424,7 @@ class Scenario:
                         "retrive_index", "retrive_next_token", "retrive_next_sibling")},
                     **{key: args[key] for key in (
                         "target_logits", "temperatures", "uniform_samples",
-                        "uniform_samples_for_final_sampling")}, logit_format="bfloat16")
+                        "uniform_samples_for_final_sampling")}, logit_format=p.logit_format)
         traces = expected(call)["traces"]
         completion = self.golden.verify(**args)
         step = Step("verify", self.host.verify(**args), completion.status,
@@ -519,6 +522,31 @@ class Scenario:
 #: The completion's fields ``check_step`` compares.
 COMPLETION_FIELDS = ("tag", "status", "next_tree_width", "stop_reason", "verify_size",
                      "active_count", "rows_read")
+
+
+def port_counters(value: int, ports) -> dict:
+    """Port -> its counters (``counter_layout`` fields) in the engine's ``counters`` output
+    ``value`` (``ports``: the build's ``port_names``, in counter order)."""
+    size = counter_layout.size
+    return {port: {name: value >> (index * size + offset) & ((1 << width) - 1)
+                   for name, offset, width in layout_fields(counter_layout)}
+            for index, port in enumerate(ports)}
+
+
+def work_clocks(params, name: str, *, latency: int, stalled: bool) -> int:
+    """Clocks a command ``name`` takes on build ``params`` without idle or back-pressure,
+    generously, with memory answering after up to ``latency`` clocks (``stalled``: with
+    random stalls): the base of a bench's time-out."""
+    p = params
+    v, seq = p.max_verify_num, p.max_seq_len
+    words = -(-p.max_vocab_size * 32 // p.logit_port_bits)  # a logits row, at most
+    per_request = {
+        "begin_round": p.argument_words + 2 * v + 3 * p.kv_slots + 40,
+        "draft_depth": 12 * p.max_candidates + 4 * v + 400,
+        "build_verify": v * (seq + v) // 4 + 2 * seq + 8 * v + 200,
+        "verify": v * (8 * words + 200) + 200 * words + 600,
+    }.get(name, 6 * p.max_node_count + 4 * v + 200)  # read_state: one slot
+    return (200 + p.max_batch * per_request) * (1 + 4 * int(stalled)) + 4 * latency
 
 
 def completion_fields(completion) -> dict:
