@@ -213,6 +213,9 @@ def plot_batches(sheet: dict, path) -> bool:
         ax.plot(batches, [r["hbm_floor_us"] * clock for r in rows], "--", color=colour,
                 linewidth=1)
     ax.set_xscale("log", base=2)
+    batches = sorted({r["batch"] for rows in series.values() for r in rows})
+    ax.set_xticks(batches, [str(b) for b in batches])
+    ax.minorticks_off()
     ax.set_yscale("log")
     ax.set_xlabel("batch size B")
     ax.set_ylabel(f"cycles per round (at {clock:g} MHz)")

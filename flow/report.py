@@ -378,7 +378,10 @@ def measure_kernels(contract: dict, points: list[dict], target: Board, console: 
             })
             console.detail(f"  {point['id']}: {result} ({time.monotonic() - start:.1f} s)")
         measured = [r for r in rows if r["kernel"] == kernel]
-        console.say(f"  {len(measured)} of {len(points)} points measured")
+        left_out = sum(1 for point in points if out_of_scope(contract, kernel, point))
+        console.say(f"  {len(measured)} of {len(points)} points measured"
+                    + (f" ({left_out} left out by the contract's partial_batches)"
+                       if left_out else ""))
     if kernels is not None:
         for kernel in contract["kernels"]:
             if kernel not in kernels:

@@ -204,7 +204,7 @@ def test_measurements_make_rows_and_the_reruns_are_identical(tmp_path, capsys, w
     assert "| score | draft | serving-b8-v32000 | 11,720 |" in budget
     assert "| 0.233 | not synthesised |" in budget
     assert row["timing_rule"] == "not synthesised"
-    assert "8 of 24 points measured" in stdout
+    assert "8 of 24 points measured (12 left out by the contract's partial_batches)" in stdout
     # one line per kernel and reason, its points listed
     assert "| score | eagle2-b1-v32000, eagle2-b1-v128256, eagle2-b8-v32000, " \
            "eagle2-b8-v128256 | N = 100 needs `sort_width` 128 |" in budget
