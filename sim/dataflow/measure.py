@@ -13,7 +13,6 @@ ports' counters against the runs the command needs (``check_port_counters``), th
 servers' beats against the counters, and no burst in flight at its completion. The clocks are
 counted as the testbench counts them: from the clock the command is offered to the clock its
 completion is taken, with one idle clock before every command.
-
 """
 
 from hw.dataflow.engine import EngineParams
