@@ -35,7 +35,7 @@ def test_fsm_states_finds_every_fsm_with_its_state_names():
     assert states[":outer_state"].decoder(1).startswith("RUN")
 
 
-@pytest.mark.parametrize("argv", [["--batch", "9"], ["--latency", "0"], ["--vocab", "1"],
+@pytest.mark.parametrize("argv", [["--batch", "0"], ["--latency", "0"], ["--vocab", "1"],
                                   ["--tree", "nope"]])
 def test_arguments_out_of_range_are_refused(argv):
     with pytest.raises(SystemExit):

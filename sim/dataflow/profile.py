@@ -111,8 +111,8 @@ def main(argv=None) -> int:
     parser.add_argument("--latency", type=int, default=64, help="memory read latency (clocks)")
     parser.add_argument("--vocab", type=int, default=1024)
     args = parser.parse_args(argv)
-    if not 1 <= args.batch <= 8:
-        parser.error(f"argument --batch: the measurement's build holds 1 .. 8, not {args.batch}")
+    if args.batch < 1:  # (the measurement's build grows its slots to a batch past 8)
+        parser.error(f"argument --batch: at least 1, not {args.batch}")
     if args.latency < 1 or args.vocab < 2:
         parser.error("--latency must be at least 1 and --vocab at least 2")
     clocks = profile(args.tree, batch=args.batch, latency=args.latency, vocab=args.vocab)
