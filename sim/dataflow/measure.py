@@ -42,12 +42,10 @@ class _Engine:
 
     def __init__(self, model, params, spec, latency, seed):
         self.model, self.params = model, params
-        point = spec["point"]
         self.memory = CardMemory(spec["memory_bytes"], seed=seed, latency=(latency, latency),
                                  stall=0.0)
-        self.scenario = Scenario(params, self.memory, seed=seed, bad_commands=0.0,
-                                 vocab_size=point["vocab"], pool_rows=max(12, point["batch"]),
-                                 context_len=spec["context_len"])
+        self.scenario = Scenario.for_contract(params, self.memory, spec["point"], seed=seed,
+                                              context_len=spec["context_len"])
         self.ports = self.memory.engine_ports(model, params, front="clocked")
         self.latency = latency
         self._unused = {name: 0 for name, _, _ in layout_fields(params.command_layout)}

@@ -74,8 +74,8 @@ def profile(tree: str = "serving", *, batch: int = 1, latency: int = 64, vocab: 
     fragment = Fragment.get(dut, None)
     states = fsm_states(fragment)
     memory = CardMemory(1 << 24, seed=seed, latency=(latency, latency))
-    case = Scenario(params, memory, seed=seed, vocab_size=vocab, pool_rows=max(12, batch),
-                    context_len=config["context_len"], bad_commands=0)
+    case = Scenario.for_contract(params, memory, point, seed=seed,
+                                 context_len=config["context_len"])
     clocks = {name: Counter() for name in states}
     running = [False]
 

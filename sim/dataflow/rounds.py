@@ -393,6 +393,13 @@ class Scenario:
             step.state = completion.outputs["state"]
         return step
 
+    @classmethod
+    def for_contract(cls, params, memory, point, *, seed, context_len):
+        """A scenario for ``contract_round`` at ``point``: no bad commands, the point's
+        vocabulary, and ``req_to_token`` rows for every request of its batch (at least 12)."""
+        return cls(params, memory, seed=seed, bad_commands=0.0, vocab_size=point["vocab"],
+                   pool_rows=max(12, point["batch"]), context_len=context_len)
+
     def contract_round(self, point, *, seq_len, head_mass=0.95):
         """Yield the ``Step`` s of one full-width round at a benchmark contract ``point``:
         ``begin_round`` on slots ``0 .. B-1`` (``seq_len`` tokens each), ``depth`` draft depths
