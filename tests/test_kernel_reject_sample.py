@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import hw.kernels.reject_sample as reject_sample_module
+import hw.lib.float32 as float32
 from golden.reject_sample import tree_speculative_sampling_target_only
 from hw.kernels.reject_sample import (
     MIN_THRESHOLD_ACC,
@@ -276,7 +277,7 @@ def test_random_calls_with_stress_on_amaranth_simulator():
 
 def test_strict_coin_comparison_is_caught(monkeypatch):
     """A kernel testing ``coin < prob_acc`` instead of ``<=`` must fail "q == coin"."""
-    monkeypatch.setattr(reject_sample_module, "float32_equal", lambda a, b: 0)
+    monkeypatch.setattr(reject_sample_module, "float32_less_equal", float32.float32_less)
     with pytest.raises(AssertionError, match="differs"):
         run_on_amaranth(RejectSample(**SMALL), _directed(["q == coin"]), seed=4)
 

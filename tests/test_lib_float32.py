@@ -115,6 +115,29 @@ def test_comparison_helpers_follow_ieee():
     simulate(m, testbench, clocked=False)
 
 
+def test_less_equal_matches_numpy_on_corner_pairs():
+    """``float32_less_equal`` (one magnitude compare: the kernels' ``>=`` and ``<=``) is
+    numpy's ``a <= b`` on every pair of the corner values (zeros of both signs, subnormals,
+    extremes, infinities, NaNs)."""
+    a_values, b_values = directed_operands()
+    a, b, at_most = Signal(32), Signal(32), Signal()
+    m = Module()
+    m.d.comb += at_most.eq(float32.float32_less_equal(a, b))
+    expected = a_values.view(np.float32) <= b_values.view(np.float32)
+    got = []
+
+    async def testbench(ctx):
+        for x, y in zip(a_values.tolist(), b_values.tolist(), strict=True):
+            ctx.set(a, x)
+            ctx.set(b, y)
+            got.append(ctx.get(at_most))
+
+    simulate(m, testbench, clocked=False)
+    assert len(got) == len(expected) > 100
+    wrong = np.flatnonzero(np.array(got, dtype=bool) != expected)
+    assert wrong.size == 0, [(hex(a_values[i]), hex(b_values[i])) for i in wrong[:5]]
+
+
 def test_stream_parameters():
     """The DUT wrapper's parameter record: layouts and latencies without building it."""
     assert Float32StreamParams("cmp").ports["o"].size == 3

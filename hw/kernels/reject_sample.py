@@ -30,9 +30,9 @@ from hw.lib.component import KernelComponent
 from hw.lib.float32 import (
     Float32Add,
     Float32Multiply,
-    float32_equal,
     float32_fields,
     float32_less,
+    float32_less_equal,
 )
 from hw.lib.float32_divide import Float32Divide
 from hw.lib.lfsr import GaloisLFSR32
@@ -507,9 +507,8 @@ index_width, address_width, divider_bits_per_stage
                          event_q.eq(added["q"]), quotient.eq(prob_add.result)]
         m.d.comb += node_b.addr.eq(Mux(state == State.ROOT, 0, event_node))
         node = node_b.data
-        coin_accepts = float32_less(coin, quotient) | float32_equal(coin, quotient)
-        single_accepts = (float32_less(threshold_single, event_q)
-                          | float32_equal(threshold_single, event_q))
+        coin_accepts = float32_less_equal(coin, quotient)
+        single_accepts = float32_less_equal(threshold_single, event_q)
         # q > 0 (ours, not SGLang's): a token of probability 0 is never accepted.
         accept = Mux(greedy, node.candidate == predict,
                      float32_less(Const(0, 32), event_q) & (coin_accepts | single_accepts))

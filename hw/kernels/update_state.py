@@ -36,7 +36,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import Out
 
 from hw.lib.component import KernelComponent
-from hw.lib.float32 import Float32Multiply, float32_equal, float32_less
+from hw.lib.float32 import Float32Multiply, float32_less_equal
 from hw.lib.params import ParameterError, ParameterRecord, check_int, index_bits, parameter
 from hw.lib.pipeline import stage
 from hw.lib.stream import packet_layout, stalling_handshake
@@ -221,8 +221,8 @@ def _select(m, index, values, *, name):
 
 def _float32_at_least(a, c):
     """numpy's ``a >= c`` on binary32 bit patterns: ``+0.0 >= -0.0``, false when either is
-    NaN (``float32_less`` compares magnitudes, no negation in front of the compare)."""
-    return float32_less(c, a) | float32_equal(a, c)
+    NaN (``float32_less_equal``: one magnitude compare, no negation in front of it)."""
+    return float32_less_equal(c, a)
 
 
 def _merge_input(m, side, *, en, head, valid, pending, port_data, pop, readable, bypass,

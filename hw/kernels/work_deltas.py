@@ -28,9 +28,8 @@ from hw.lib.component import KernelComponent
 from hw.lib.float32 import (
     Float32Add,
     Float32Multiply,
-    float32_equal,
     float32_fields,
-    float32_less,
+    float32_less_equal,
     float32_order_key,
 )
 from hw.lib.params import ParameterRecord, parameter
@@ -392,8 +391,8 @@ class WorkDeltas(KernelComponent):
         # The policy's compare of each marginal with the threshold, registered.
         marginal = gain_add.result
         marginal_valid = stage(m, Const(1), gain_valid & gain_policy, name="marginal_valid")
-        marginal_taken = stage(m, Const(1), float32_less(threshold, marginal)
-                               | float32_equal(threshold, marginal), name="marginal_taken")
+        marginal_taken = stage(m, Const(1), float32_less_equal(threshold, marginal),
+                               name="marginal_taken")
         marginal_step = stage(m, Const(1), gain_step, name="marginal_step")
         m.d.comb += [
             self.deltas.payload.work_delta.eq(sums_from_zero[out_index]),

@@ -21,7 +21,8 @@ from .pipeline import stage
 
 __all__ = [
     "CANONICAL_NAN", "POSITIVE_INFINITY",
-    "Float32Fields", "float32_fields", "float32_order_key", "float32_less", "float32_equal",
+    "Float32Fields", "float32_fields", "float32_order_key", "float32_less", "float32_less_equal",
+    "float32_equal",
     "Float32Compare", "Float32Multiply", "Float32Add",
 ]
 
@@ -87,6 +88,18 @@ def float32_less(a: Value, b: Value) -> Value:
     less = Mux(fa.sign, Mux(fb.sign, fb.magnitude < fa.magnitude, ~both_zero),
                Mux(fb.sign, 0, fa.magnitude < fb.magnitude))
     return ~(fa.is_nan | fb.is_nan) & less
+
+
+def float32_less_equal(a: Value, b: Value) -> Value:
+    """``a <= b`` as IEEE-754 defines it (false whenever either side is NaN): not ``b < a``,
+    one magnitude compare deep, where ``float32_less | float32_equal`` ORs a 31-bit equality
+    behind it (7 LUT levels from a register in ``work_deltas``)."""
+    a, b = Value.cast(a), Value.cast(b)
+    fa, fb = float32_fields(a), float32_fields(b)
+    both_zero = fa.is_zero & fb.is_zero
+    b_less = Mux(fb.sign, Mux(fa.sign, fa.magnitude < fb.magnitude, ~both_zero),
+                 Mux(fa.sign, 0, fb.magnitude < fa.magnitude))
+    return ~(fa.is_nan | fb.is_nan) & ~b_less
 
 
 def float32_equal(a: Value, b: Value) -> Value:
@@ -183,12 +196,13 @@ def _leading_zeros_from_groups(groups: Value, width: int, offset: int = 0,
 class Float32Multiply(wiring.Component):
     """Pipelined float32 multiply, bit-exact with numpy ``float32`` multiplication.
 
-    Stages: (1) decode, special cases, exponent sum, the significands' leading zeros; (2) the
-    24x24-bit significand product as two DSP slices' partial products and, beside them, the
-    exponent arithmetic; (3) their sum; (4) the normalisation amounts for both possible
-    positions of the product's leading one, and that position (one bit of the product); (5)
-    the position picks one set, and the normalisation shift: left to bit 47, or right into
-    the subnormal range (its lost bits known from stage 4); (6) round to nearest even.
+    Stages: (1) decode (the operands' classes), exponent sum, the significands' leading
+    zeros; (2) the special cases, the 24x24-bit significand product as two DSP slices'
+    partial products and, beside them, the exponent arithmetic; (3) their sum; (4) the
+    normalisation amounts for both possible positions of the product's leading one, and that
+    position (one bit of the product); (5) the position picks one set, and the
+    normalisation shift: left to bit 47, or right into the subnormal range (its lost bits
+    known from stage 4); (6) round to nearest even.
     Every stage fits the 300 MHz rule of docs/timing.md (the leading-zero count of the
     product, its exponent arithmetic and both shifts were once one stage of 20 LUT levels).
 
@@ -222,14 +236,15 @@ class Float32Multiply(wiring.Component):
         en = self.en
         a, b = float32_fields(self.a), float32_fields(self.b)
 
-        # Stage 1: special operands resolve the result on their own. A significand with
-        # ``z`` leading zeros (of 24) has its leading one at bit 23 - z, so the product of
-        # two nonzero ones has it at bit 47 - lz or 46 - lz, lz = z_a + z_b.
-        is_nan = a.is_nan | b.is_nan | (a.is_inf & b.is_zero) | (b.is_inf & a.is_zero)
-        is_inf = a.is_inf | b.is_inf
+        # Stage 1: the operands' classes (special operands resolve the result on their own,
+        # in stage 2: decoding and combining them in one stage took 7-8 LUT levels behind a
+        # kernel's operand multiplexer). A significand with ``z`` leading zeros (of 24) has
+        # its leading one at bit 23 - z, so the product of two nonzero ones has it at bit
+        # 47 - lz or 46 - lz, lz = z_a + z_b.
         s1 = {name: stage(m, en, value, name=f"s1_{name}") for name, value in {
-            "sign": a.sign ^ b.sign, "special": is_nan | is_inf | a.is_zero | b.is_zero,
-            "is_nan": is_nan, "is_inf": is_inf,
+            "sign": a.sign ^ b.sign,
+            **{f"{kind}_{name}": getattr(x, kind) for name, x in (("a", a), ("b", b))
+               for kind in ("is_nan", "is_inf", "is_zero")},
             "exponent_sum": a.exponent_eff + b.exponent_eff,
             "mantissa_a": a.mantissa, "mantissa_b": b.mantissa,
             **{f"zeros_{name}": _leading_zero_groups(x.mantissa) for name, x in (("a", a),
@@ -242,7 +257,11 @@ class Float32Multiply(wiring.Component):
         }.items()}
 
         # Stage 2: the partial products of the significands and beside them the exponent
-        # arithmetic that does not depend on the product (its sums in stage 3).
+        # arithmetic that does not depend on the product (its sums in stage 3); the special
+        # cases.
+        is_nan = (s1["is_nan_a"] | s1["is_nan_b"] | (s1["is_inf_a"] & s1["is_zero_b"])
+                  | (s1["is_inf_b"] & s1["is_zero_a"]))
+        is_inf = s1["is_inf_a"] | s1["is_inf_b"]
         lz = (_leading_zeros_from_groups(s1["zeros_a"], 24).as_unsigned()
               + _leading_zeros_from_groups(s1["zeros_b"], 24).as_unsigned())  # 0 .. 48
         reduced = [Mux(s1[f"subnormal_{x}"],
@@ -253,9 +272,10 @@ class Float32Multiply(wiring.Component):
             "low": s1["mantissa_a"] * s1["mantissa_b"][:17],
             "high": s1["mantissa_a"] * s1["mantissa_b"][17:],
             "lz": lz[:6], "reduced_a": reduced[0], "reduced_b": reduced[1],
-            "special_value": Mux(s1["is_nan"], CANONICAL_NAN,
-                                 Cat(Mux(s1["is_inf"], POSITIVE_INFINITY, 0)[:31], s1["sign"])),
-            **{name: s1[name] for name in ("exponent_sum", "sign", "special")}}.items()}
+            "special_value": Mux(is_nan, CANONICAL_NAN,
+                                 Cat(Mux(is_inf, POSITIVE_INFINITY, 0)[:31], s1["sign"])),
+            "special": is_nan | is_inf | s1["is_zero_a"] | s1["is_zero_b"],
+            **{name: s1[name] for name in ("exponent_sum", "sign")}}.items()}
 
         # Stage 3: the product P, value P * 2^(ea + eb - 254 - 46) (the two slices' sum: the
         # cascade adder of the second slice in a vendor mapping).
@@ -336,9 +356,10 @@ class Float32Add(wiring.Component):
     Uses the textbook guard/round/sticky datapath: the smaller operand is aligned into a
     27-bit field (24 significand bits and 3 extra bits, the last one sticky), which is enough
     for a correctly rounded sum and difference. Stages: (1) decode, order by magnitude,
-    special cases, the smaller significand's trailing zeros (for the sticky bit); (2)
-    alignment shift, and a marker bit at the lowest position a normalisation shift may bring
-    the leading one to (exponent 1, subnormal); (3) add or subtract, and the leading-zero
+    special cases; (2) alignment shift, the sticky bit (a one of the smaller significand
+    below the shift distance, from a mask of the distance), and a marker bit at the lowest
+    position a normalisation shift may bring the leading one to (exponent 1, subnormal);
+    (3) add or subtract, and the leading-zero
     group tables of the sum with the marker; (4) their priority selection (the left shift,
     never below exponent 1); (5) normalisation shift and the result exponent; (6) round to
     nearest even. An exact zero sum is ``+0.0`` unless both addends are negative zeros. Every
@@ -379,21 +400,13 @@ class Float32Add(wiring.Component):
         a = float32_fields(self.a)
         b = float32_fields(Cat(self.b[:31], self.b[31] ^ self.subtract))
 
-        # Stage 1: the operands' classes, and the operands ordered so that |big| >= |small|;
-        # each significand's lowest one (3 + its trailing zeros: its position in the 27-bit
-        # field) and whether it is zero.
+        # Stage 1: the operands' classes, and the operands ordered so that |big| >= |small|.
         swap = b.magnitude > a.magnitude
         big_sign = Mux(swap, b.sign, a.sign)
         big_exponent = Mux(swap, b.exponent_eff, a.exponent_eff)
         small_exponent = Mux(swap, a.exponent_eff, b.exponent_eff)
-        # (From the fraction alone, not waiting for the hidden bit: a zero fraction gives 26,
-        # the hidden bit's position; a zero significand has no one, `nonzero` says so.)
-        lowest_one = {name: _leading_zeros_from_groups(
-            _leading_zero_groups(x.fraction[::-1], 3), 23, 3).as_unsigned()[:5]
-            for name, x in (("a", a), ("b", b))}
         s1 = {f"{name}_{x}": stage(m, en, getattr(fields, name), name=f"s1_{name}_{x}")
               for x, fields in (("a", a), ("b", b)) for name in ("is_nan", "is_inf", "sign")}
-        s1_swap = stage(m, en, swap, name="s1_swap")
         s1_sign = stage(m, en, big_sign, name="s1_sign")
         s1_zero_sign = stage(m, en, a.sign & b.sign, name="s1_zero_sign")
         s1_subtract = stage(m, en, a.sign != b.sign, name="s1_subtract")
@@ -401,24 +414,25 @@ class Float32Add(wiring.Component):
         s1_distance = stage(m, en, (big_exponent - small_exponent)[:8], name="s1_distance")
         s1_big = stage(m, en, Mux(swap, b.mantissa, a.mantissa), name="s1_big")
         s1_small = stage(m, en, Mux(swap, a.mantissa, b.mantissa), name="s1_small")
-        s1_lowest = {x: stage(m, en, lowest_one[x], name=f"s1_lowest_{x}") for x in "ab"}
-        s1_nonzero = {x: stage(m, en, fields.mantissa.any(), name=f"s1_nonzero_{x}")
-                      for x, fields in (("a", a), ("b", b))}
 
         # Stage 2: the special cases; align the smaller significand, a one shifted out (a
-        # one below bit `distance` of the field) sets the sticky bit; for a difference, the
-        # one's complement (stage 3 adds the one). The marker: bit 27 - exponent, the
-        # position a left shift by `exponent - 1` brings to bit 26.
+        # one below bit `distance` of the field: the field under a mask of the distance, a
+        # few LUT levels beside the shifter, where a trailing-zero count in stage 1 took six
+        # and seven in some kernels) sets the sticky bit; for a difference, stage 3 takes the
+        # one's complement and adds the one. The marker: bit 27 - exponent, the position a
+        # left shift by `exponent - 1` brings to bit 26.
         is_nan = s1["is_nan_a"] | s1["is_nan_b"] | (
             s1["is_inf_a"] & s1["is_inf_b"] & (s1["sign_a"] != s1["sign_b"]))
         is_inf = s1["is_inf_a"] | s1["is_inf_b"]
         inf_sign = Mux(s1["is_inf_a"], s1["sign_a"], s1["sign_b"])
         field = Cat(Const(0, 3), s1_small)
         aligned = Mux(s1_distance[5:].any(), 0, field >> s1_distance[:5])
-        sticky = (Mux(s1_swap, s1_nonzero["a"], s1_nonzero["b"])
-                  & (Mux(s1_swap, s1_lowest["a"], s1_lowest["b"]) < s1_distance))
-        s2_small = stage(m, en, Cat(aligned[0] | sticky, aligned[1:27], 0)
-                         ^ s1_subtract.replicate(28), name="s2_small")
+        # (ORed per group of 6 bits here; the groups join bit 0 in stage 3, in the LUTs in
+        # front of the adder's carry)
+        shifted_out = [field[x] & (s1_distance > x) for x in range(3, 27)]
+        s2_sticky = stage(m, en, Cat(Cat(shifted_out[x:x + 6]).any()
+                                     for x in range(0, len(shifted_out), 6)), name="s2_sticky")
+        s2_small = stage(m, en, Cat(aligned[:27], 0), name="s2_small")
         s2_big = stage(m, en, Cat(Const(0, 3), s1_big), name="s2_big")
         s2_subtract = stage(m, en, s1_subtract, name="s2_subtract")
         s2_marker = stage(m, en, Cat(s1_exponent == 27 - i for i in range(27)),
@@ -434,7 +448,8 @@ class Float32Add(wiring.Component):
 
         # Stage 3: |big| >= |small|, so the difference is never negative. The leading-zero
         # group tables of the sum with the marker: the count is then at most `exponent - 1`.
-        total = (s2_big + s2_small + s2_subtract)[:28]
+        small = Cat(s2_small[0] | s2_sticky.any(), s2_small[1:]) ^ s2_subtract.replicate(28)
+        total = (s2_big + small + s2_subtract)[:28]
         s3_sum = stage(m, en, total, name="s3_sum")
         s3_groups = stage(m, en, _leading_zero_groups(total[:27] | s2_marker), name="s3_groups")
         s3 = {name: stage(m, en, s2[name], name=f"s3_{name}") for _, name in pass_through}

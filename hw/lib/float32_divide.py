@@ -149,8 +149,18 @@ class Float32Divide(wiring.Component):
         s3_exponent = stage(m, en, (s2_exponent - below)[:11].as_signed(), name="s3_exponent")
         carried = {name: stage(m, en, value, name=f"s3_{name}") for name, value in carried.items()}
 
+        # What post 1 needs of the exponent, from here on beside the iterations (derived in
+        # post 1, the compare, the subtraction and the shift by it took 10 LUT levels): a
+        # normal quotient's exponent field, else its right shift (at least 33 leaves only the
+        # sticky bit: clamped to 33 so that it fits 6 bits).
+        is_normal = s3_exponent >= 1
+        carried.update(
+            right=Mux(is_normal, 0, Mux(s3_exponent < -31, 33, (1 - s3_exponent)[:6])),
+            exponent_field=Mux(is_normal, s3_exponent[:8], 0),
+            overflow=s3_exponent >= 0xFF)
+
         # Iterations: remainder R < 2B (26 bits), one quotient bit per trial subtraction.
-        remainder, divisor, exponent = s3_remainder, s3_divisor, s3_exponent
+        remainder, divisor = s3_remainder, s3_divisor
         quotient = Const(0, 0)
         produced = 0
         for index in range(self.iteration_stages):
@@ -164,21 +174,17 @@ class Float32Divide(wiring.Component):
             remainder = stage(m, en, remainder, name=f"d{index}_remainder")
             quotient = stage(m, en, quotient, name=f"d{index}_quotient")
             divisor = stage(m, en, divisor, name=f"d{index}_divisor")
-            exponent = stage(m, en, exponent, name=f"d{index}_exponent")
             carried = {name: stage(m, en, value, name=f"d{index}_{name}")
                        for name, value in carried.items()}
 
         # Post 1: normal or subnormal alignment, sticky bit.
         sticky = remainder.any()
-        is_normal = exponent >= 1
-        right = Mux(is_normal, 0, (1 - exponent)[:10])
-        shifted, lost = shift_right_sticky(quotient, right, max_shift=32)
+        shifted, lost = shift_right_sticky(quotient, carried.pop("right"), max_shift=33)
         p1_quotient = stage(m, en, shifted, name="p1_quotient")
         p1_sticky = stage(m, en, sticky | lost, name="p1_sticky")
-        p1_exponent_field = stage(m, en, Mux(is_normal, exponent[:8], 0), name="p1_exponent")
-        p1_overflow = stage(m, en, exponent >= 0xFF, name="p1_overflow")
         carried = {name: stage(m, en, value, name=f"p1_{name}")
                    for name, value in carried.items()}
+        p1_exponent_field, p1_overflow = carried["exponent_field"], carried["overflow"]
 
         # Post 2: round.
         magnitude = _round_to_nearest_even(p1_exponent_field, p1_quotient[1:25],

@@ -95,21 +95,33 @@ class GaloisLFSR32(GaloisLFSR32Model, wiring.Component):
     def elaborate(self, platform):
         m = Module()
         rows = self.leap_matrix(self._steps)
+
+        def leap(value):
+            return Cat(*((value & row).xor() for row in rows))
+
+        # `ahead` is the state one leap on (the next state of an advance), kept a clock ahead
+        # so that neither the next state nor the coin's leading-zero count of an advance has a
+        # leap's XOR trees in front of it; the count of a load is that of the seed (or the
+        # zero seed's, a constant), beside the seed's compare with zero.
+        seed_is_zero = self.seed == 0
+        zero_seed_ahead = self.model_advance(self.ZERO_SEED_STATE)
+        zero_seed_zeros = 24 - (self.ZERO_SEED_STATE >> self.COIN_SHIFT).bit_length()
+        ahead = Signal(32, init=zero_seed_ahead)
         leaped = Signal(32, name="leaped")
-        m.d.comb += leaped.eq(Cat(*((self.state & row).xor() for row in rows)))
-        seeded = Mux(self.seed == 0, self.ZERO_SEED_STATE, self.seed)
-        # The coin's leading-zero count is registered with the state: one register per source
-        # of the next state, so that the load/advance decision is no input of the count.
-        seeded_zeros = Signal(5, init=24 - (self.ZERO_SEED_STATE >> self.COIN_SHIFT).bit_length())
+        m.d.comb += leaped.eq(leap(ahead))
+        seeded_zeros = Signal(5, init=zero_seed_zeros)
         leaped_zeros = Signal(5)
         from_seed = Signal(init=1)  # the state is a seed, not a leap
         with m.If(self.load):
-            m.d.sync += [self.state.eq(seeded), from_seed.eq(1),
-                         seeded_zeros.eq(count_leading_zeros(seeded[self.COIN_SHIFT:]))]
+            m.d.sync += [self.state.eq(Mux(seed_is_zero, self.ZERO_SEED_STATE, self.seed)),
+                         ahead.eq(Mux(seed_is_zero, zero_seed_ahead, leap(self.seed))),
+                         from_seed.eq(1),
+                         seeded_zeros.eq(Mux(seed_is_zero, zero_seed_zeros,
+                                             count_leading_zeros(self.seed[self.COIN_SHIFT:])))]
         with m.Elif(self.advance):
-            m.d.sync += [self.state.eq(leaped), from_seed.eq(0)]
+            m.d.sync += [self.state.eq(ahead), ahead.eq(leaped), from_seed.eq(0)]
         with m.If(self.advance):  # not `Elif`: its enable is `advance` alone (unused on a load)
-            m.d.sync += leaped_zeros.eq(count_leading_zeros(leaped[self.COIN_SHIFT:]))
+            m.d.sync += leaped_zeros.eq(count_leading_zeros(ahead[self.COIN_SHIFT:]))
         m.d.comb += self.coin.eq(coin_to_float32(self.state[self.COIN_SHIFT:],
                                                  Mux(from_seed, seeded_zeros, leaped_zeros)))
         return m

@@ -6,7 +6,10 @@ register advances by one stage, when it is low the whole pipeline holds. A strea
 needs to know about valid/ready itself.
 """
 
-from amaranth.hdl import Const, Module, Mux, Signal, Value
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
+
+#: Bits a table of ``count_leading_zeros`` looks up (one LUT6 a result bit).
+_CLZ_GROUP = 6
 
 
 def stage(m: Module, en: Value, value, *, name: str) -> Signal:
@@ -31,20 +34,35 @@ def stage(m: Module, en: Value, value, *, name: str) -> Signal:
 
 
 def count_leading_zeros(value: Value) -> Value:
-    """Number of leading zero bits of ``value`` (its width when it is zero), as a balanced tree.
+    """Number of leading zero bits of ``value`` (its width when it is zero), without adders.
 
-    The result has ``len(value).bit_length()`` bits. Depth is logarithmic in the width, unlike
-    a priority chain, which matters for the wide normalisation shifters of the float cores.
+    The result has ``len(value).bit_length()`` bits. Each group of 6 bits from the top looks
+    its answer up in a table (the zeros above it plus its own: one LUT level a result bit),
+    and a tree of 4-way priority multiplexers keeps the highest group holding a one (the lowest
+    group's table gives the width for zero). A recursive split with an add of the upper
+    half's width at every level put a carry chain behind each multiplexer (9 LUT levels and
+    4 carry bits for the LFSR coin's 24 bits).
     """
     value = Value.cast(value)
     width = len(value)
-    if width == 1:
-        return ~value[0]
-    high_width = (width + 1) // 2
-    high, low = value[width - high_width:], value[:width - high_width]
-    high_zeros = count_leading_zeros(high)
-    low_zeros = count_leading_zeros(low)
-    return Mux(high.any(), high_zeros, high_width + low_zeros)[:width.bit_length()]
+    shape = width.bit_length()
+    groups = []  # (holds a one, the count if the first one is in it), from the top
+    for top in range(width, 0, -_CLZ_GROUP):
+        bottom = max(top - _CLZ_GROUP, 0)
+        chunk = value[bottom:top]
+        table = Array(Const(width - bottom - v.bit_length(), shape)
+                      for v in range(1 << len(chunk)))
+        groups.append((chunk.any(), table[chunk]))
+    while len(groups) > 1:  # four at a time: a 4-way priority pick is two LUT levels
+        merged = []
+        for x in range(0, len(groups), 4):
+            quad = groups[x:x + 4]
+            count = quad[-1][1]
+            for holds, value in reversed(quad[:-1]):
+                count = Mux(holds, value, count)
+            merged.append((Cat(holds for holds, _ in quad).any(), count))
+        groups = merged
+    return groups[0][1]
 
 
 def shift_right_sticky(value: Value, amount: Value, *, max_shift: int) -> tuple[Value, Value]:
@@ -58,8 +76,10 @@ def shift_right_sticky(value: Value, amount: Value, *, max_shift: int) -> tuple[
     if max_shift < len(value):
         raise ValueError(f"`max_shift` must be at least the value width {len(value)}, "
                          f"not {max_shift}")
-    clamped = Mux(amount > max_shift, max_shift, amount)[:max_shift.bit_length()]
-    shifted = value >> clamped
-    kept_mask = (Const((1 << len(value)) - 1, len(value)) << clamped)[:len(value)]
-    sticky = (value & ~kept_mask).any()
+    # (Shifts of `max_shift` and more agree with those of the value's width, which leave
+    # nothing: no clamp in front of the shifter. The sticky bit is each bit's compare with
+    # the amount, ANDed and ORed; a mask shifted by a clamped amount took 9 LUT levels.)
+    amount = Value.cast(amount)
+    shifted = value >> amount
+    sticky = Cat(value[x] & (amount > x) for x in range(len(value))).any()
     return shifted, sticky

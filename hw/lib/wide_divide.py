@@ -193,7 +193,13 @@ class RatioToFloat32(wiring.Component):
         smax = 1 << (self._scale_bits - 1)  # biased exponents, every operand and scale:
         shape = Shape.cast(range(126 - db - smax, nb + 127 + smax))
         base = Signal(shape)  # before the leading zeros
-        exponent, biased = Signal(shape), Signal(shape)  # for an order bit of 1; final
+        exponent = Signal(shape)  # for an order bit of 1
+        # ALIGN's shift, field and overflow for an order bit of 0 and of 1, registered while
+        # the divider runs (derived in ALIGN, the compare, subtraction and shift took 9 LUT
+        # levels and a carry chain); a right shift of at least 33 leaves only the sticky bit.
+        aligns = [{"right": Signal(6, name=f"right{t}"), "field": Signal(8, name=f"field{t}"),
+                   "overflow": Signal(name=f"overflow{t}")} for t in (0, 1)]
+        top_bit = Signal()
         fraction, aligned = Signal(25), Signal(25)  # 24 significand bits and guard
         sticky, aligned_sticky, zero, infinite, overflow = (Signal(name=name) for name in (
             "sticky", "aligned_sticky", "zero", "infinite", "overflow"))
@@ -222,20 +228,27 @@ class RatioToFloat32(wiring.Component):
                              zero.eq(numerator_zeros == nb), infinite.eq(denominator_zeros == db)]
                 m.next = "DIVIDE"
             with m.State("DIVIDE"):
+                for t, align in enumerate(aligns):
+                    biased = (exponent - 1 + t).as_signed()
+                    is_normal = biased >= 1
+                    m.d.sync += [align["right"].eq(Mux(is_normal, 0, Mux(biased < -31, 33,
+                                                                          (1 - biased)[:6]))),
+                                 align["field"].eq(Mux(is_normal, biased[:8], 0)),
+                                 align["overflow"].eq(biased >= 0xFF)]
                 with m.If(divider.done):
                     quotient = divider.quotient
                     top = quotient[-1]
                     m.d.sync += [fraction.eq(Mux(top, quotient[1:], quotient[:-1])),
                                  sticky.eq(divider.inexact | (top & quotient[0])),
-                                 biased.eq(exponent - ~top)]
+                                 top_bit.eq(top)]
                     m.next = "ALIGN"
             with m.State("ALIGN"):
-                is_normal = biased >= 1
-                right = Mux(is_normal, 0, 1 - biased).as_unsigned()
-                shifted, lost = shift_right_sticky(fraction, right, max_shift=32)
+                align = {name: Mux(top_bit, aligns[1][name], aligns[0][name])
+                         for name in aligns[0]}
+                shifted, lost = shift_right_sticky(fraction, align["right"], max_shift=33)
                 m.d.sync += [aligned.eq(shifted), aligned_sticky.eq(sticky | lost),
-                             field.eq(Mux(is_normal, biased[:8], 0)),
-                             overflow.eq((biased >= 0xFF) | infinite)]
+                             field.eq(align["field"]),
+                             overflow.eq(align["overflow"] | infinite)]
                 m.next = "ROUND"
             with m.State("ROUND"):
                 guard, significand = aligned[0], aligned[1:]
