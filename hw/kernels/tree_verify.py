@@ -30,7 +30,7 @@ from amaranth.lib.wiring import Out
 
 from golden.logit_rows import ALIGN_BITS, GREEDY_TEMPERATURE, GRID_OFFSET, SCALE_BITS
 from hw.lib.component import KernelComponent
-from hw.lib.float32 import Float32Add, float32_equal, float32_fields, float32_less
+from hw.lib.float32 import Float32Add, float32_fields, float32_less, float32_less_equal
 from hw.lib.float32_divide import Float32Divide
 from hw.lib.lfsr import GaloisLFSR32
 from hw.lib.wide_divide import RatioToFloat32, TemperatureScale
@@ -63,6 +63,9 @@ MUL_PIECES = -(-SUM_BITS // MUL_PIECE)
 #: Clocks from a request's ``cmd`` transfer (clock 0) to the start of its root row's read when
 #: the tree and the root's decode take longer: the row's address registers settle in 6.
 ROOT_START = 7
+#: Clocks from a token's bank word to the token lane's answer: the register in front of the
+#: lane and the lane.
+TOKEN_LANE_LATENCY = 1 + LogitLane.LATENCY
 
 
 class TreeVerify(KernelComponent):
@@ -174,6 +177,9 @@ class TreeVerify(KernelComponent):
 
         peak = Signal(32)
         argmax = Signal(p.token_width)
+        # GREEDY's decision, registered with the candidate (its compare in front of the
+        # state's next-state logic took 10 LUT levels)
+        is_argmax = Signal()
         nan = Signal()
         threshold = Signal(32)
         peak_aligned = Signal(ALIGN_BITS)
@@ -237,10 +243,17 @@ class TreeVerify(KernelComponent):
         m.d.comb += token_logit.eq(widen_logit(
             bank_word.word_select(token_lane_index, p.logit_bits), p.logit_bits))
         token_valid = Signal()
-        m.d.comb += [token_lane.logit.eq(token_logit), token_lane.valid.eq(token_valid)]
+        # The token lane takes the word's logit a clock after the banks' read: the bank and
+        # lane multiplexers behind the read and the lane's first stage were 8 LUT levels.
+        m.d.sync += [token_lane.logit.eq(token_logit), token_lane.valid.eq(token_valid)]
         removed_bit = Signal()
         m.d.comb += removed_bit.eq(row_pass.removed_word.bit_select(
             Cat(token_lane_index, token_bank)[:max(p.lanes.bit_length() - 1, 1)], 1))
+        # REJECT's copy, a clock behind (the candidate's bit is current from LANE on, and a
+        # REJECT's write shows in it before the next candidate's LANE): its select in front of
+        # the block sums' subtraction and write put 7 LUT levels behind the bitmap's read.
+        removed_before = Signal()
+        m.d.sync += removed_before.eq(removed_bit)
 
         # --- walk registers ------------------------------------------------------------------
         cur = Signal(range(max(p.max_nodes, 2)))
@@ -287,6 +300,13 @@ class TreeVerify(KernelComponent):
         draw_word = Signal(range(max(p.bank_words, 2)))
         scan_valid = Signal()
         scan_block = Signal(range(max(p.max_blocks, 2)))
+        block_share = Signal(SUM_BITS)  # the scan's block sum, a clock after its read
+        block_share_valid = Signal()
+        block_share_at = Signal(range(max(p.max_blocks, 2)))
+        # `residual == 0`, registered (the residual holds from FINAL on: DRAW comes 8 clocks
+        # later); its compare in front of DRAW's next state took 9 LUT levels
+        no_residual = Signal()
+        m.d.sync += no_residual.eq(residual == 0)
         found = Signal()
         lane_in = Signal(range(p.port_logits + 1))
         lane_out = Signal(range(p.port_logits + 1))
@@ -301,6 +321,11 @@ class TreeVerify(KernelComponent):
                      row_pass.pick_bank.eq(pick_bank)]
         with m.If(busy):
             m.d.sync += cycles.eq(cycles + 1)
+        # IDLE is exactly `~busy`: the command's handshake and the LFSR's load from that
+        # register, not from a decode of the state (which put 11 LUT levels in front of the
+        # LFSR's registers, through the load's fanout).
+        m.d.comb += [cmd.ready.eq(~busy), lfsr.load.eq(cmd.valid & ~busy),
+                     lfsr.seed.eq(cmd.payload.seed)]
 
         # Float plumbing of a decision.
         coin_fields = float32_fields(final_coin)
@@ -326,9 +351,7 @@ class TreeVerify(KernelComponent):
         accept = Signal()
         # q > 0 (ours, not SGLang's): a token of probability 0 is never accepted.
         m.d.sync += accept.eq(float32_less(Const(0, 32), q) & (
-            float32_less(coin, sum_ratio) | float32_equal(coin, sum_ratio)
-            | ~float32_less(q, req.threshold_single) & ~float32_fields(q).is_nan
-            & ~float32_fields(req.threshold_single).is_nan))
+            float32_less_equal(coin, sum_ratio) | float32_less_equal(req.threshold_single, q)))
 
         # Row ``row``'s chunks, port p from word p * chunk (read with the loaders' start). All
         # registers: the per-request ones settle before ROW (see chunk_log2); the row's offset
@@ -381,7 +404,6 @@ class TreeVerify(KernelComponent):
 
         with m.FSM(name="state") as fsm:
             with m.State("IDLE"):
-                m.d.comb += cmd.ready.eq(1)
                 with m.If(cmd.valid):
                     payload = cmd.payload
                     words = (payload.vocab_size + p.port_logits - 1) >> lane_bits
@@ -398,7 +420,6 @@ class TreeVerify(KernelComponent):
                         row.eq(0), cycles.eq(1), busy.eq(1), accepted.eq(0), error.eq(0),
                         settle.eq(0), root_started.eq(0),
                     ]
-                    m.d.comb += [lfsr.load.eq(1), lfsr.seed.eq(payload.seed)]
                     m.next = "TREE"
             with m.State("TREE"):
                 # Node i's LFSR coin is draw i + 1: the advance of its beat happens first.
@@ -576,14 +597,14 @@ class TreeVerify(KernelComponent):
                     m.next = "NODE_DATA"
             with m.State("NODE_DATA"):
                 m.d.sync += [*set_token(node.candidate), candidate_index.eq(node.index),
-                             sibling.eq(node.sibling)]
+                             sibling.eq(node.sibling), is_argmax.eq(node.candidate == argmax)]
                 with m.If(greedy):
                     m.next = "GREEDY"
                 with m.Else():
                     m.next = "TOKEN"
             with m.State("GREEDY"):
                 m.d.sync += q.eq(0)
-                with m.If(token == argmax):
+                with m.If(is_argmax):
                     m.next = "ACCEPT"
                 with m.Else():
                     m.next = "REJECT"
@@ -593,7 +614,7 @@ class TreeVerify(KernelComponent):
             with m.State("TOKEN_DATA"):
                 # The bank word arrives: the token's logit into the lane.
                 m.d.comb += [reading_token.eq(1), token_valid.eq(1)]
-                m.d.sync += wait.eq(LogitLane.LATENCY - 1)
+                m.d.sync += wait.eq(TOKEN_LANE_LATENCY - 1)
                 m.next = "LANE"
             with m.State("LANE"):
                 m.d.comb += reading_token.eq(1)
@@ -635,7 +656,7 @@ class TreeVerify(KernelComponent):
             with m.State("REJECT"):
                 # The token leaves the residual once (a repeated token is one token).
                 m.d.comb += reading_token.eq(1)
-                with m.If(~greedy & kept & ~removed_bit):
+                with m.If(~greedy & kept & ~removed_before):
                     m.d.comb += [row_pass.remove.eq(1),
                                  row_pass.remove_lane.eq(Cat(token_lane_index, token_bank)),
                                  row_pass.block_remove.eq(1),
@@ -677,7 +698,7 @@ class TreeVerify(KernelComponent):
                 # token 0. The scan keeps u - prefix (remaining): a term t passes u when
                 # prefix + t > u, i.e. t > remaining.
                 m.d.sync += [remaining.eq(Mux(scaled > limit, limit, scaled)), pick_bank.eq(0)]
-                with m.If(residual == 0):
+                with m.If(no_residual):
                     m.d.sync += bonus.eq(req.vocab_size - 1)
                     m.next = "EMIT"
                 with m.Elif(coin_fields.sign & ~coin_fields.is_zero):
@@ -688,22 +709,25 @@ class TreeVerify(KernelComponent):
             with m.State("DRAW_BANK"):
                 share = bank_residual[pick_bank]
                 with m.If(share > remaining):
-                    m.d.sync += [draw_block.eq(0), scan_valid.eq(0)]
+                    m.d.sync += [draw_block.eq(0), scan_valid.eq(0), block_share_valid.eq(0)]
                     m.next = "DRAW_BLOCKS"
                 with m.Else():
                     m.d.sync += [remaining.eq(remaining - share), pick_bank.eq(pick_bank + 1)]
             with m.State("DRAW_BLOCKS"):
                 # The bank's block sums, one address a clock; the data a clock later.
                 m.d.comb += drawing_blocks.eq(1)
+                # (the sums registered before their compare: the bank's multiplexer behind
+                # the read, the compare and the next state were 8 LUT levels and a carry)
                 m.d.sync += [draw_block.eq(draw_block + 1), scan_valid.eq(1),
-                             scan_block.eq(draw_block)]
-                share = row_pass.block_data[pick_bank]
-                with m.If(scan_valid):
-                    with m.If(share > remaining):
-                        m.d.sync += draw_block.eq(scan_block)
+                             scan_block.eq(draw_block), block_share_valid.eq(scan_valid),
+                             block_share_at.eq(scan_block),
+                             block_share.eq(row_pass.block_data[pick_bank])]
+                with m.If(block_share_valid):
+                    with m.If(block_share > remaining):
+                        m.d.sync += draw_block.eq(block_share_at)
                         m.next = "DRAW_PASS"
                     with m.Else():
-                        m.d.sync += remaining.eq(remaining - share)
+                        m.d.sync += remaining.eq(remaining - block_share)
             with m.State("DRAW_PASS"):
                 # The block's words through the lanes, removed tokens left out.
                 first_word = draw_block << block_bits
@@ -742,10 +766,10 @@ class TreeVerify(KernelComponent):
                 with m.If(issue):
                     m.d.sync += [lane_in.eq(lane_in + 1), token.eq(token + 1)]
                 removed_delay = [Signal(name=f"draw_removed{i}")
-                                 for i in range(LogitLane.LATENCY)]
-                valid_delay = [Signal(name=f"draw_valid{i}") for i in range(LogitLane.LATENCY)]
+                                 for i in range(TOKEN_LANE_LATENCY)]
+                valid_delay = [Signal(name=f"draw_valid{i}") for i in range(TOKEN_LANE_LATENCY)]
                 m.d.sync += [removed_delay[0].eq(removed_bit), valid_delay[0].eq(issue)]
-                for i in range(1, LogitLane.LATENCY):
+                for i in range(1, TOKEN_LANE_LATENCY):
                     m.d.sync += [removed_delay[i].eq(removed_delay[i - 1]),
                                  valid_delay[i].eq(valid_delay[i - 1])]
                 counts = (token_lane.out_valid & token_lane.in_range

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hw.kernels.tree_verify import MUL_PIECES, ROOT_START
+from hw.kernels.tree_verify import MUL_PIECES, ROOT_START, TOKEN_LANE_LATENCY
 from hw.kernels.tree_verify_lane import KEY_BITS, LogitLane
 from hw.kernels.tree_verify_loader import merge_latency
 from hw.kernels.tree_verify_params import TreeVerifyParams, chunk_words
@@ -37,6 +37,7 @@ class Costs:
     add: int = Float32Add.latency
     divide: int = divide_latency()  # Float32Divide().latency
     lane: int = LogitLane.LATENCY
+    token_lane: int = TOKEN_LANE_LATENCY  # the token lane behind its input register
     multiply: int = MUL_PIECES + 1  # MULTIPLY, then SCALE (hw.kernels.tree_verify)
 
     @property
@@ -90,15 +91,15 @@ class Costs:
             return 2 + 1 + end
         ratio = 1 + self.ratio if kept else 0
         wait = self.add + 1 + (self.divide if divide else 0)
-        return 2 + 2 + self.lane + 1 + ratio + 1 + wait + end
+        return 2 + 2 + self.token_lane + 1 + ratio + 1 + wait + end
 
     def draw(self, vocab: int, bank: int, block: int) -> int:
         """DRAW_BANK .. DRAW_LANES: banks up to ``bank``, its blocks up to ``block``, the
         block's pass, the word's tokens through the token lane."""
         p = self.params
         chunk, _ = self.words(vocab)
-        return ((bank + 1) + (block + 2) + 1 + self.pass_(min(p.block_words, chunk)) + 1
-                + (p.port_logits + self.lane + 1))
+        return ((bank + 1) + (block + 3) + 1 + self.pass_(min(p.block_words, chunk)) + 1
+                + (p.port_logits + self.token_lane + 1))
 
 
 def _draw_place(costs: Costs, trace: dict, vocab: int):
