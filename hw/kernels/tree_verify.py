@@ -63,8 +63,7 @@ MUL_PIECES = -(-SUM_BITS // MUL_PIECE)
 #: Clocks from a request's ``cmd`` transfer (clock 0) to the start of its root row's read when
 #: the tree and the root's decode take longer: the row's address registers settle in 6.
 ROOT_START = 7
-#: Clocks from a token's bank word to the token lane's answer: the register in front of the
-#: lane and the lane.
+#: Clocks from a token's bank word to the token lane's answer (its input register, the lane).
 TOKEN_LANE_LATENCY = 1 + LogitLane.LATENCY
 
 
@@ -177,9 +176,7 @@ class TreeVerify(KernelComponent):
 
         peak = Signal(32)
         argmax = Signal(p.token_width)
-        # GREEDY's decision, registered with the candidate (its compare in front of the
-        # state's next-state logic took 10 LUT levels)
-        is_argmax = Signal()
+        is_argmax = Signal()  # GREEDY's test, registered with the candidate (10 LUT levels)
         nan = Signal()
         threshold = Signal(32)
         peak_aligned = Signal(ALIGN_BITS)
@@ -243,16 +240,12 @@ class TreeVerify(KernelComponent):
         m.d.comb += token_logit.eq(widen_logit(
             bank_word.word_select(token_lane_index, p.logit_bits), p.logit_bits))
         token_valid = Signal()
-        # The token lane takes the word's logit a clock after the banks' read: the bank and
-        # lane multiplexers behind the read and the lane's first stage were 8 LUT levels.
+        # (a clock after the banks' read: their multiplexers and the lane were 8 LUT levels)
         m.d.sync += [token_lane.logit.eq(token_logit), token_lane.valid.eq(token_valid)]
         removed_bit = Signal()
         m.d.comb += removed_bit.eq(row_pass.removed_word.bit_select(
             Cat(token_lane_index, token_bank)[:max(p.lanes.bit_length() - 1, 1)], 1))
-        # REJECT's copy, a clock behind (the candidate's bit is current from LANE on, and a
-        # REJECT's write shows in it before the next candidate's LANE): its select in front of
-        # the block sums' subtraction and write put 7 LUT levels behind the bitmap's read.
-        removed_before = Signal()
+        removed_before = Signal()  # REJECT's copy, a clock behind (current from LANE on)
         m.d.sync += removed_before.eq(removed_bit)
 
         # --- walk registers ------------------------------------------------------------------
@@ -283,8 +276,7 @@ class TreeVerify(KernelComponent):
         searching_p = Signal()
         product = Signal(24 + SUM_BITS)
         shift = Signal(range(256))
-        # The shared multiply: product = mul_a * mul_b, then scaled = product >> shift and
-        # below = the bits it drops (MULTIPLY, SCALE).
+        # The shared multiply (MULTIPLY, SCALE): scaled = mul_a * mul_b >> shift, below: the rest
         mul_a = Signal(24)
         mul_b = Signal(MUL_PIECES * MUL_PIECE)
         partial = Signal(24 + MUL_PIECE)
@@ -303,9 +295,7 @@ class TreeVerify(KernelComponent):
         block_share = Signal(SUM_BITS)  # the scan's block sum, a clock after its read
         block_share_valid = Signal()
         block_share_at = Signal(range(max(p.max_blocks, 2)))
-        # `residual == 0`, registered (the residual holds from FINAL on: DRAW comes 8 clocks
-        # later); its compare in front of DRAW's next state took 9 LUT levels
-        no_residual = Signal()
+        no_residual = Signal()  # `residual == 0`, registered: it holds from FINAL on (8 clocks)
         m.d.sync += no_residual.eq(residual == 0)
         found = Signal()
         lane_in = Signal(range(p.port_logits + 1))
@@ -321,9 +311,7 @@ class TreeVerify(KernelComponent):
                      row_pass.pick_bank.eq(pick_bank)]
         with m.If(busy):
             m.d.sync += cycles.eq(cycles + 1)
-        # IDLE is exactly `~busy`: the command's handshake and the LFSR's load from that
-        # register, not from a decode of the state (which put 11 LUT levels in front of the
-        # LFSR's registers, through the load's fanout).
+        # IDLE is exactly `~busy`: the handshake and the LFSR's load off the state's decode
         m.d.comb += [cmd.ready.eq(~busy), lfsr.load.eq(cmd.valid & ~busy),
                      lfsr.seed.eq(cmd.payload.seed)]
 
@@ -693,10 +681,9 @@ class TreeVerify(KernelComponent):
                                                  coin_fields.exponent_eff), mul_draw.eq(1)]
                     m.next = "MULTIPLY"
             with m.State("DRAW"):
-                # u = coin * residual on the integer grid (scaled); past the end: the last
-                # positive term (the first prefix reaching the residual); a negative coin:
-                # token 0. The scan keeps u - prefix (remaining): a term t passes u when
-                # prefix + t > u, i.e. t > remaining.
+                # u = coin * residual on the integer grid (scaled); past the end: the last positive
+                # term (the first prefix reaching the residual); a negative coin: token 0. The
+                # scan keeps u - prefix (remaining): t passes u when prefix + t > u (t > remaining).
                 m.d.sync += [remaining.eq(Mux(scaled > limit, limit, scaled)), pick_bank.eq(0)]
                 with m.If(no_residual):
                     m.d.sync += bonus.eq(req.vocab_size - 1)
@@ -716,8 +703,7 @@ class TreeVerify(KernelComponent):
             with m.State("DRAW_BLOCKS"):
                 # The bank's block sums, one address a clock; the data a clock later.
                 m.d.comb += drawing_blocks.eq(1)
-                # (the sums registered before their compare: the bank's multiplexer behind
-                # the read, the compare and the next state were 8 LUT levels and a carry)
+                # (each sum registered before its compare: 8 LUT levels and a carry before)
                 m.d.sync += [draw_block.eq(draw_block + 1), scan_valid.eq(1),
                              scan_block.eq(draw_block), block_share_valid.eq(scan_valid),
                              block_share_at.eq(scan_block),
@@ -765,8 +751,7 @@ class TreeVerify(KernelComponent):
                 m.d.comb += token_valid.eq(issue & (token < req.vocab_size))
                 with m.If(issue):
                     m.d.sync += [lane_in.eq(lane_in + 1), token.eq(token + 1)]
-                removed_delay = [Signal(name=f"draw_removed{i}")
-                                 for i in range(TOKEN_LANE_LATENCY)]
+                removed_delay = [Signal(name=f"draw_removed{i}") for i in range(TOKEN_LANE_LATENCY)]
                 valid_delay = [Signal(name=f"draw_valid{i}") for i in range(TOKEN_LANE_LATENCY)]
                 m.d.sync += [removed_delay[0].eq(removed_bit), valid_delay[0].eq(issue)]
                 for i in range(1, TOKEN_LANE_LATENCY):
