@@ -94,12 +94,8 @@ def float32_less_equal(a: Value, b: Value) -> Value:
     """``a <= b`` as IEEE-754 defines it (false whenever either side is NaN): not ``b < a``,
     one magnitude compare deep, where ``float32_less | float32_equal`` ORs a 31-bit equality
     behind it (7 LUT levels from a register in ``work_deltas``)."""
-    a, b = Value.cast(a), Value.cast(b)
     fa, fb = float32_fields(a), float32_fields(b)
-    both_zero = fa.is_zero & fb.is_zero
-    b_less = Mux(fb.sign, Mux(fa.sign, fa.magnitude < fb.magnitude, ~both_zero),
-                 Mux(fa.sign, 0, fb.magnitude < fa.magnitude))
-    return ~(fa.is_nan | fb.is_nan) & ~b_less
+    return ~(fa.is_nan | fb.is_nan) & ~float32_less(b, a)
 
 
 def float32_equal(a: Value, b: Value) -> Value:
@@ -359,12 +355,11 @@ class Float32Add(wiring.Component):
     special cases; (2) alignment shift, the sticky bit (a one of the smaller significand
     below the shift distance, from a mask of the distance), and a marker bit at the lowest
     position a normalisation shift may bring the leading one to (exponent 1, subnormal);
-    (3) add or subtract, and the leading-zero
-    group tables of the sum with the marker; (4) their priority selection (the left shift,
-    never below exponent 1); (5) normalisation shift and the result exponent; (6) round to
-    nearest even. An exact zero sum is ``+0.0`` unless both addends are negative zeros. Every
-    stage meets the 300 MHz rule of docs/timing.md (with latency 5, the normalisation stage
-    had 13 LUT levels).
+    (3) add or subtract, and the leading-zero group tables of the sum with the marker; (4)
+    their priority selection (the left shift, never below exponent 1); (5) normalisation
+    shift and the result exponent; (6) round to nearest even. An exact zero sum is ``+0.0``
+    unless both addends are negative zeros. Every stage meets the 300 MHz rule of
+    docs/timing.md (with latency 5, the normalisation stage had 13 LUT levels).
 
     Attributes
     ----------

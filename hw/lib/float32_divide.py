@@ -33,7 +33,8 @@ from amaranth.lib.wiring import In, Out
 from .float32 import CANONICAL_NAN, POSITIVE_INFINITY, float32_fields
 from .pipeline import count_leading_zeros, shift_right_sticky, stage
 
-__all__ = ["Float32Divide", "QUOTIENT_BITS", "divide_latency"]
+__all__ = ["Float32Divide", "QUOTIENT_BITS", "divide_latency", "quotient_alignment",
+           "ALIGN_MAX_SHIFT"]
 
 #: Quotient bits produced by the restoring iterations: 24 significand bits and the guard bit.
 QUOTIENT_BITS = 25
@@ -42,6 +43,22 @@ QUOTIENT_BITS = 25
 def divide_latency(bits_per_stage: int = 1) -> int:
     """:attr:`Float32Divide.latency` for ``bits_per_stage`` (without building a core)."""
     return 5 + -(-QUOTIENT_BITS // bits_per_stage)
+
+
+#: The largest right shift ``quotient_alignment`` gives: any shift of 33 or more leaves only the
+#: sticky bit of a 25-bit quotient, and 33 fits 6 bits.
+ALIGN_MAX_SHIFT = 33
+
+
+def quotient_alignment(exponent: Value) -> dict:
+    """What the rounding of a quotient with biased ``exponent`` (signed) needs, computed ahead
+    of the quotient (behind it, the compare, the subtraction and the shift were 9-10 LUT
+    levels): ``right``, its right shift (0 for a normal result), ``field``, the exponent
+    field (0 for a subnormal one), and ``overflow``."""
+    is_normal = exponent >= 1
+    return {"right": Mux(is_normal, 0, Mux(exponent < 1 - ALIGN_MAX_SHIFT, ALIGN_MAX_SHIFT,
+                                           (1 - exponent)[:6])),
+            "field": Mux(is_normal, exponent[:8], 0), "overflow": exponent >= 0xFF}
 
 
 def _round_to_nearest_even(exponent_field: Value, significand: Value, guard: Value,
@@ -149,15 +166,8 @@ class Float32Divide(wiring.Component):
         s3_exponent = stage(m, en, (s2_exponent - below)[:11].as_signed(), name="s3_exponent")
         carried = {name: stage(m, en, value, name=f"s3_{name}") for name, value in carried.items()}
 
-        # What post 1 needs of the exponent, from here on beside the iterations (derived in
-        # post 1, the compare, the subtraction and the shift by it took 10 LUT levels): a
-        # normal quotient's exponent field, else its right shift (at least 33 leaves only the
-        # sticky bit: clamped to 33 so that it fits 6 bits).
-        is_normal = s3_exponent >= 1
-        carried.update(
-            right=Mux(is_normal, 0, Mux(s3_exponent < -31, 33, (1 - s3_exponent)[:6])),
-            exponent_field=Mux(is_normal, s3_exponent[:8], 0),
-            overflow=s3_exponent >= 0xFF)
+        # What post 1 needs of the exponent, from here on beside the iterations.
+        carried.update(quotient_alignment(s3_exponent))
 
         # Iterations: remainder R < 2B (26 bits), one quotient bit per trial subtraction.
         remainder, divisor = s3_remainder, s3_divisor
@@ -179,12 +189,13 @@ class Float32Divide(wiring.Component):
 
         # Post 1: normal or subnormal alignment, sticky bit.
         sticky = remainder.any()
-        shifted, lost = shift_right_sticky(quotient, carried.pop("right"), max_shift=33)
+        shifted, lost = shift_right_sticky(quotient, carried.pop("right"),
+                                           max_shift=ALIGN_MAX_SHIFT)
         p1_quotient = stage(m, en, shifted, name="p1_quotient")
         p1_sticky = stage(m, en, sticky | lost, name="p1_sticky")
         carried = {name: stage(m, en, value, name=f"p1_{name}")
                    for name, value in carried.items()}
-        p1_exponent_field, p1_overflow = carried["exponent_field"], carried["overflow"]
+        p1_exponent_field, p1_overflow = carried["field"], carried["overflow"]
 
         # Post 2: round.
         magnitude = _round_to_nearest_even(p1_exponent_field, p1_quotient[1:25],

@@ -12,6 +12,7 @@ from amaranth.lib.wiring import In, Out
 
 from golden.logit_rows import LOG2E_Q64, SCALE_BITS
 
+from .float32_divide import ALIGN_MAX_SHIFT, quotient_alignment
 from .params import check_int
 from .pipeline import count_leading_zeros, shift_right_sticky
 
@@ -194,9 +195,8 @@ class RatioToFloat32(wiring.Component):
         shape = Shape.cast(range(126 - db - smax, nb + 127 + smax))
         base = Signal(shape)  # before the leading zeros
         exponent = Signal(shape)  # for an order bit of 1
-        # ALIGN's shift, field and overflow for an order bit of 0 and of 1, registered while
-        # the divider runs (derived in ALIGN, the compare, subtraction and shift took 9 LUT
-        # levels and a carry chain); a right shift of at least 33 leaves only the sticky bit.
+        # ALIGN's shift, field and overflow (``quotient_alignment``) for an order bit of 0
+        # and of 1, registered while the divider runs.
         aligns = [{"right": Signal(6, name=f"right{t}"), "field": Signal(8, name=f"field{t}"),
                    "overflow": Signal(name=f"overflow{t}")} for t in (0, 1)]
         top_bit = Signal()
@@ -229,12 +229,8 @@ class RatioToFloat32(wiring.Component):
                 m.next = "DIVIDE"
             with m.State("DIVIDE"):
                 for t, align in enumerate(aligns):
-                    biased = (exponent - 1 + t).as_signed()
-                    is_normal = biased >= 1
-                    m.d.sync += [align["right"].eq(Mux(is_normal, 0, Mux(biased < -31, 33,
-                                                                          (1 - biased)[:6]))),
-                                 align["field"].eq(Mux(is_normal, biased[:8], 0)),
-                                 align["overflow"].eq(biased >= 0xFF)]
+                    ahead = quotient_alignment((exponent - 1 + t).as_signed())
+                    m.d.sync += [align[name].eq(ahead[name]) for name in align]
                 with m.If(divider.done):
                     quotient = divider.quotient
                     top = quotient[-1]
@@ -245,7 +241,8 @@ class RatioToFloat32(wiring.Component):
             with m.State("ALIGN"):
                 align = {name: Mux(top_bit, aligns[1][name], aligns[0][name])
                          for name in aligns[0]}
-                shifted, lost = shift_right_sticky(fraction, align["right"], max_shift=33)
+                shifted, lost = shift_right_sticky(fraction, align["right"],
+                                                   max_shift=ALIGN_MAX_SHIFT)
                 m.d.sync += [aligned.eq(shifted), aligned_sticky.eq(sticky | lost),
                              field.eq(align["field"]),
                              overflow.eq(align["overflow"] | infinite)]
