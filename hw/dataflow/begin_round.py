@@ -129,7 +129,7 @@ class BeginRound(wiring.Component):
         m.submodules.pool_seen = pool_seen = Memory(shape=1, depth=p.max_pool_rows, init=[])
         seen_rd, seen_wr = pool_seen.read_port(), pool_seen.write_port()
 
-        command = Signal.like(self.start.payload)
+        command = Signal.like(self.start.payload, reset_less=True)  # datapath
         batch_size, words = command.batch_size, self.reader.words
         b = Signal(range(MAXB + 1))  # request
         i = Signal(range(max(R, 2 * MAXV + K) + 1))  # word of its record, element of its rows
@@ -137,7 +137,7 @@ class BeginRound(wiring.Component):
         slots = Signal(MAXB)  # the slots named so far
         bad_slot = Signal()
         bad_argument = Signal()
-        record = Signal(ARGUMENT.layout)  # the fixed words of the record being read
+        record = Signal(ARGUMENT.layout, reset_less=True)  # the record's fixed words
         # req_to_token[pool, seq_len] of the request's row in the idle bank
         table_row = table_address(m, p, self.config, pool=self.pool, offset=self.seq_len,
                                   name="begin_table")

@@ -147,7 +147,7 @@ class BuildVerify(wiring.Component):
         m.submodules.indptrs = indptrs = Memory(shape=indptr_layout, depth=MAXB + 1, init=[])
         indptr_rd, indptr_wr = indptrs.read_port(), indptrs.write_port()
 
-        command = Signal.like(self.start.payload)
+        command = Signal.like(self.start.payload, reset_less=True)  # datapath
         results, table = self.results, self.table
         vn = Signal(range(MAXV + 1))  # n
         vn_last = Signal(range(-1, MAXV), init=-1)  # n - 1

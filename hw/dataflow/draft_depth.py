@@ -150,7 +150,7 @@ class DraftDepth(wiring.Component):
             m.d.comb += [port.addr.eq(self.root_at * WM), port.data.eq(value),
                          port.en.eq(self.root_en)]
 
-        command = Signal.like(self.start.payload)
+        command = Signal.like(self.start.payload, reset_less=True)  # datapath
         k2_cmd, k2_rsp, reader, results = self.k2_cmd, self.k2_rsp, self.reader, self.results
         b = Signal(range(MAXB + 1))  # request
         i = Signal(range(max(NM, MAXV + K, WM) + 2))  # element
@@ -160,8 +160,9 @@ class DraftDepth(wiring.Component):
         ws_last = Signal(range(-1, MAXV + K), init=-1)  # ws0 + K - 1: K3's scores per row, less one
         token_at = Signal(range(MAXB * NM + lanes))
         bad_argument = Signal()
-        parent_scores = Array(Signal(32, name=f"parent_score{w}") for w in range(WM))
-        result = Signal(k1.result_layout)
+        parent_scores = Array(Signal(32, name=f"parent_score{w}", reset_less=True)
+                              for w in range(WM))
+        result = Signal(k1.result_layout, reset_less=True)
         next_width = Signal(range(WM + 1))
         stop_reason = Signal(3)
         primed = Signal()  # FRONTIER_READ: request b's rows of the memories are out

@@ -186,7 +186,7 @@ class PersistentEngine(wiring.Component):
         # --- on-chip round state -------------------------------------------------------------
         rows = RoundMemories.create(m, p)
         r = RoundState.create(p)  # the round in flight
-        cmd = Signal(p.command_layout)
+        cmd = Signal(p.command_layout, reset_less=True)  # datapath: docs/timing.md
         status = Signal(3)
         # The completion's fields of one command (0 in every other command's completion)
         stop_reason = Signal(3)  # draft_depth's: why drafting stopped

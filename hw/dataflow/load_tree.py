@@ -97,7 +97,7 @@ class LoadTree(wiring.Component):
         p = self._params
         MAXV, MAXB = p.max_verify_num, p.max_batch
         m = Module()
-        command = Signal.like(self.start.payload)
+        command = Signal.like(self.start.payload, reset_less=True)  # datapath
         n = command.verify_num
         reader, words = self.reader, self.reader.words
         nodes = Signal(range(MAXB * MAXV + 1))  # batch * n
@@ -133,8 +133,8 @@ class LoadTree(wiring.Component):
 
             # Record `trees` (node j of the request), word i. `seen`: the request's nodes that
             # are the target of a link so far.
-            record = Signal(TREE.layout, name="load_record")
-            current = Signal(TREE.layout, name="load_current")  # with the word arriving
+            record = Signal(TREE.layout, name="load_record", reset_less=True)
+            current = Signal(TREE.layout, name="load_current", reset_less=True)  # + arriving word
             seen = Signal(MAXV, name="load_seen")
             value = words.payload
             bits = index_bits(MAXV)

@@ -61,7 +61,7 @@ class MaskBytes(wiring.Component):
         m = Module()
         lanes = self._lanes
         m.submodules.packer = packer = Packer(unit_bits=8, in_units=4, out_units=4)
-        bits = Signal(lanes)  # the word being split into bytes
+        bits = Signal(lanes, reset_less=True)  # the word being split into bytes
         position = Signal(range(lanes + 32))  # next bit of `bits` to emit
         in_word = Signal(range(lanes + 1))  # bits of `bits` that belong to the row
         row_left = Signal(range(self._max_columns + 1))  # row columns not yet taken

@@ -187,7 +187,7 @@ class WordReader(wiring.Component):
         words_left = _Countdown(self._max_words, name="words_left")
         beats_due = _Countdown(self._max_words + 1, name="beats_due")
         lane = Signal(lane_bits)
-        beat = Signal(32 * lanes)
+        beat = Signal(32 * lanes, reset_less=True)
         beat_valid = Signal()
 
         # The burst offered: to the next `max_burst`-beat block boundary, or the run's rest.

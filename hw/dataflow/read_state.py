@@ -101,13 +101,13 @@ class ReadState(wiring.Component):
         p = self._params
         MAXB, MAXV, K = p.max_batch, p.max_verify_num, p.node_top_k
         m = Module()
-        command = Signal.like(self.start.payload)
+        command = Signal.like(self.start.payload, reset_less=True)  # datapath
         slot, address = command.slot, command.address
         total = p.max_node_count + 2 * MAXV + K  # elements of the longest record
         i = Signal(range(total + 2))  # element
         j = Signal(range(max(STATE.size, NODE.size) + 3))  # step within it
         nodes = Signal(range(p.max_node_count + p.max_candidates + 1))  # the slot's
-        node = Signal(p.k2.host_response_layout)  # the element K2 answered
+        node = Signal(p.k2.host_response_layout, reset_less=True)  # the element K2 answered
         current = Signal()  # the slot is in the round in flight
         saved = Signal()  # the slot has a saved record
         writer = self.writer

@@ -167,7 +167,7 @@ class Verify(wiring.Component):
         inverse_rd, inverse_wr = memory(m, "active_inverse", 32, MAXB)
         aslot_rd, aslot_wr = memory(m, "active_slots", 32, MAXB)
 
-        command = Signal.like(self.start.payload)
+        command = Signal.like(self.start.payload, reset_less=True)  # datapath
         reader = self.reader
         results, table = self.results, self.table
         vn, vn_last, batch = self.vn, self.vn_last, self.batch
@@ -184,17 +184,17 @@ class Verify(wiring.Component):
         bad_argument = Signal()
         steps = Signal(range(S + 1))  # S
         accepted = Signal(8)  # the request's accepted rows so far
-        accept_row = Signal(accept_layout)
+        accept_row = Signal(accept_layout, reset_less=True)
         # what K7's FSM takes from the fused verify with its request
         k7_accepted = Signal(8)
-        k7_accept_row = Signal(accept_layout)
+        k7_accept_row = Signal(accept_layout, reset_less=True)
         k7_max_seq_len = Signal(32)
         tv_nan = Signal()
         verified_total = Signal(32)
         rows_read = Signal(32)
         active_count = Signal(16)
-        res = Signal(vres_layout)  # the request's result, as it is made
-        header = Array(Signal(32, name=f"header{x}") for x in range(VQH))
+        res = Signal(vres_layout, reset_less=True)  # the request's result, as it is made
+        header = Array(Signal(32, name=f"header{x}", reset_less=True) for x in range(VQH))
         slots_written = Signal(range(MAXB + 1))  # active_slots entries written
 
         def end(status):

@@ -11,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 from hw.lib.float32 import POSITIVE_INFINITY, Float32Add, float32_fields
 from hw.lib.logic import first_set, or_tree, wire
 from hw.lib.params import check_int, check_power_of_two
-from hw.lib.pipeline import stage
+from hw.lib.pipeline import data_stage, stage
 
 from .reject_scan_model import TOP
 
@@ -204,46 +204,47 @@ class ExactSumScanner(wiring.Component):
         # --- W: the word out of the block RAM into flip-flops --------------------------------
         w_valid = valid_reg("w_valid")
         m.d.sync += w_valid.eq(f_valid)
-        w_index = stage(m, one, f_index, name="w_index")
-        w_start = stage(m, one, f_start, name="w_start")
-        w_word = stage(m, one, buffer_read.data, name="w_word")
+        w_index = data_stage(m, one, f_index, name="w_index")
+        w_start = data_stage(m, one, f_start, name="w_start")
+        w_word = data_stage(m, one, buffer_read.data, name="w_word")
         # The lowest one of each fraction, isolated through a carry chain (fraction - 1).
         w_lowest = []
         for j in range(lanes):
             fraction = buffer_read.data[32 * j:32 * j + 23]
-            w_lowest.append(stage(m, one, fraction & ~(fraction - 1)[:23], name=f"w_lowest{j}"))
+            w_lowest.append(data_stage(m, one, fraction & ~(fraction - 1)[:23],
+                                       name=f"w_lowest{j}"))
 
         # --- A: distance of each lane to the current exponent (from the raw word: lanes before
         # the start are masked in B, not in front of the exponent arithmetic) ---------------
         a_valid = valid_reg("a_valid")
         m.d.sync += a_valid.eq(w_valid)
-        a_index = stage(m, one, w_index, name="a_index")
-        a_start = stage(m, one, w_start, name="a_start")
+        a_index = data_stage(m, one, w_index, name="a_index")
+        a_start = data_stage(m, one, w_start, name="a_start")
         a_active, a_distance, a_far, a_mantissa, a_big = [], [], [], [], []
         a_low, a_fraction_zero = [], []
         for j in range(lanes):
             fields = float32_fields(w_word[32 * j:32 * (j + 1)])
             distance = wire(m, (st_e - fields.exponent_eff)[:8], name=f"w_distance{j}")
-            a_active.append(stage(m, one, j >= w_start, name=f"a_active{j}"))
-            a_distance.append(stage(m, one, distance, name=f"a_distance{j}"))
-            a_far.append(stage(m, one, distance[5:].any(), name=f"a_far{j}"))
-            a_mantissa.append(stage(m, one, fields.mantissa, name=f"a_mantissa{j}"))
-            a_big.append(stage(m, one, fields.exponent > st_e, name=f"a_big{j}"))
+            a_active.append(data_stage(m, one, j >= w_start, name=f"a_active{j}"))
+            a_distance.append(data_stage(m, one, distance, name=f"a_distance{j}"))
+            a_far.append(data_stage(m, one, distance[5:].any(), name=f"a_far{j}"))
+            a_mantissa.append(data_stage(m, one, fields.mantissa, name=f"a_mantissa{j}"))
+            a_big.append(data_stage(m, one, fields.exponent > st_e, name=f"a_big{j}"))
             # For B's sticky bit: 1 + the position of the fraction's lowest one, and whether
             # the fraction is zero.
-            a_low.append(stage(m, one, or_tree([Mux(w_lowest[j][k], k + 1, 0)
-                                                for k in range(23)]), name=f"a_low{j}"))
-            a_fraction_zero.append(stage(m, one, fields.fraction == 0,
-                                         name=f"a_fraction_zero{j}"))
+            a_low.append(data_stage(m, one, or_tree([Mux(w_lowest[j][k], k + 1, 0)
+                                                     for k in range(23)]), name=f"a_low{j}"))
+            a_fraction_zero.append(data_stage(m, one, fields.fraction == 0,
+                                              name=f"a_fraction_zero{j}"))
 
         # --- B: each lane on the grid of the current exponent (floor, half, sticky) -----------
         # shift_right_sticky with the shift split into its low five bits and `far` (>= 32,
         # from A), the sticky bit from the position of the lowest one: no clamp in series.
         b_valid = valid_reg("b_valid")
         m.d.sync += b_valid.eq(a_valid)
-        b_index = stage(m, one, a_index, name="b_index")
-        b_start = stage(m, one, a_start, name="b_start")
-        b_big = [stage(m, one, a_active[j] & a_big[j], name=f"b_big{j}") for j in range(lanes)]
+        b_index = data_stage(m, one, a_index, name="b_index")
+        b_start = data_stage(m, one, a_start, name="b_start")
+        b_big = [data_stage(m, one, a_active[j] & a_big[j], name=f"b_big{j}") for j in range(lanes)]
         b_floor, b_half, b_sticky = [], [], []
         for j in range(lanes):
             value = Cat(Const(0, 1), a_mantissa[j])
@@ -254,9 +255,9 @@ class ExactSumScanner(wiring.Component):
             # A bit is lost when the lowest one of `value` lies below the shift distance.
             lost = a_active[j] & Mux(a_fraction_zero[j], a_mantissa[j][23] & (a_distance[j] > 24),
                                      a_distance[j] > a_low[j])
-            b_floor.append(stage(m, one, shifted[1:25], name=f"b_floor{j}"))
-            b_half.append(stage(m, one, shifted[0], name=f"b_half{j}"))
-            b_sticky.append(stage(m, one, lost, name=f"b_sticky{j}"))
+            b_floor.append(data_stage(m, one, shifted[1:25], name=f"b_floor{j}"))
+            b_half.append(data_stage(m, one, shifted[0], name=f"b_half{j}"))
+            b_sticky.append(data_stage(m, one, lost, name=f"b_sticky{j}"))
 
         # --- P: prefix sums of the floors and prefix compositions of the tie-parity steps,
         # two Kogge-Stone levels per clock. A lane maps the running integer's parity before it
@@ -294,15 +295,16 @@ class ExactSumScanner(wiring.Component):
             next_valid = valid_reg(f"{name}_valid")
             m.d.sync += next_valid.eq(valid)
             valid = next_valid
-            index = stage(m, one, index, name=f"{name}_index")
-            start = stage(m, one, start, name=f"{name}_start")
-            steps = [stage(m, one, steps[j], name=f"{name}_tie{j}") for j in range(lanes)]
-            fsum = [stage(m, one, fsum[j], name=f"{name}_fsum{j}") for j in range(lanes)]
-            floor0 = [stage(m, one, floor0[j], name=f"{name}_floor0_{j}") for j in range(lanes)]
-            half = [stage(m, one, half[j], name=f"{name}_half{j}") for j in range(lanes)]
-            sticky = [stage(m, one, sticky[j], name=f"{name}_sticky{j}") for j in range(lanes)]
-            big = [stage(m, one, big[j], name=f"{name}_big{j}") for j in range(lanes)]
-            positive = [stage(m, one, positive[j], name=f"{name}_positive{j}")
+            index = data_stage(m, one, index, name=f"{name}_index")
+            start = data_stage(m, one, start, name=f"{name}_start")
+            steps = [data_stage(m, one, steps[j], name=f"{name}_tie{j}") for j in range(lanes)]
+            fsum = [data_stage(m, one, fsum[j], name=f"{name}_fsum{j}") for j in range(lanes)]
+            floor0 = [data_stage(m, one, floor0[j], name=f"{name}_floor0_{j}")
+                      for j in range(lanes)]
+            half = [data_stage(m, one, half[j], name=f"{name}_half{j}") for j in range(lanes)]
+            sticky = [data_stage(m, one, sticky[j], name=f"{name}_sticky{j}") for j in range(lanes)]
+            big = [data_stage(m, one, big[j], name=f"{name}_big{j}") for j in range(lanes)]
+            positive = [data_stage(m, one, positive[j], name=f"{name}_positive{j}")
                         for j in range(lanes)]
         if positive is None:  # one lane: no prefix stage
             positive = [b_floor[0].any() | b_half[0] | b_sticky[0]]
@@ -323,30 +325,30 @@ class ExactSumScanner(wiring.Component):
             next_valid = valid_reg(f"{name}_valid")
             m.d.sync += next_valid.eq(valid)
             valid = next_valid
-            index = stage(m, one, index, name=f"{name}_index")
-            start = stage(m, one, start, name=f"{name}_start")
-            counts = {(p, j): stage(m, one, counts[p, j], name=f"{name}_count{p}_{j}")
+            index = data_stage(m, one, index, name=f"{name}_index")
+            start = data_stage(m, one, start, name=f"{name}_start")
+            counts = {(p, j): data_stage(m, one, counts[p, j], name=f"{name}_count{p}_{j}")
                       for p in (0, 1) for j in range(lanes)}
-            rounds = {(p, j): stage(m, one, rounds[p, j], name=f"{name}_rb{p}_{j}")
+            rounds = {(p, j): data_stage(m, one, rounds[p, j], name=f"{name}_rb{p}_{j}")
                       for p in (0, 1) for j in range(lanes)}
-            fsum = [stage(m, one, fsum[j], name=f"{name}_fsum{j}") for j in range(lanes)]
-            big = [stage(m, one, big[j], name=f"{name}_big{j}") for j in range(lanes)]
-            positive = [stage(m, one, positive[j], name=f"{name}_positive{j}")
+            fsum = [data_stage(m, one, fsum[j], name=f"{name}_fsum{j}") for j in range(lanes)]
+            big = [data_stage(m, one, big[j], name=f"{name}_big{j}") for j in range(lanes)]
+            positive = [data_stage(m, one, positive[j], name=f"{name}_positive{j}")
                         for j in range(lanes)]
 
         # --- D: delta_j(p) = sum of (floor + round_up) over lanes <= j ------------------------
         d_valid = valid_reg("d_valid")
         m.d.sync += d_valid.eq(valid)
-        d_index = stage(m, one, index, name="d_index")
-        d_start = stage(m, one, start, name="d_start")
-        d_delta = {(p, j): stage(m, one, (fsum[j] + counts[p, j])[:delta_width],
-                                 name=f"d_delta{p}_{j}")
+        d_index = data_stage(m, one, index, name="d_index")
+        d_start = data_stage(m, one, start, name="d_start")
+        d_delta = {(p, j): data_stage(m, one, (fsum[j] + counts[p, j])[:delta_width],
+                                      name=f"d_delta{p}_{j}")
                    for p in (0, 1) for j in range(lanes)}
-        d_round = {(p, j): stage(m, one, rounds[p, j], name=f"d_rb{p}_{j}")
+        d_round = {(p, j): data_stage(m, one, rounds[p, j], name=f"d_rb{p}_{j}")
                    for p in (0, 1) for j in range(lanes)}
-        d_big = Cat(*(stage(m, one, big[j], name=f"d_big{j}") for j in range(lanes)))
-        d_big_any = stage(m, one, Cat(*big).any(), name="d_big_any")
-        d_positive = stage(m, one, Cat(*positive), name="d_positive")
+        d_big = Cat(*(data_stage(m, one, big[j], name=f"d_big{j}") for j in range(lanes)))
+        d_big_any = data_stage(m, one, Cat(*big).any(), name="d_big_any")
+        d_positive = data_stage(m, one, Cat(*positive), name="d_positive")
 
         # --- loop stage ----------------------------------------------------------------------
         # Only "does the word end early" is decided here: a lane is an event when it is big or
@@ -500,22 +502,22 @@ class ExactSumScanner(wiring.Component):
         # prefix > threshold for a prefix >= +0 and a threshold >= -0.0: magnitudes.
         threshold = self.threshold[:31]
         hv0 = stage(m, one, h_valid, name="hv0")
-        hi0 = stage(m, one, h_index, name="hi0")
-        hm0 = stage(m, one, h_mask & h_positive, name="hm0")
-        hs0 = [stage(m, one, state_bits(h_sum[j][:25], h_e, h_inf)[:31], name=f"hs0_{j}")
+        hi0 = data_stage(m, one, h_index, name="hi0")
+        hm0 = data_stage(m, one, h_mask & h_positive, name="hm0")
+        hs0 = [data_stage(m, one, state_bits(h_sum[j][:25], h_e, h_inf)[:31], name=f"hs0_{j}")
                for j in range(lanes)]
         # The single-value hit waits beside it, to keep the lane order of the hits.
         sv0 = stage(m, one, single_valid, name="sv0")
-        si0 = stage(m, one, single_index, name="si0")
-        sl0 = stage(m, one, single_lane, name="sl0")
-        sb0 = stage(m, one, single_bits, name="sb0")
+        si0 = data_stage(m, one, single_index, name="si0")
+        sl0 = data_stage(m, one, single_lane, name="sl0")
+        sb0 = data_stage(m, one, single_bits, name="sb0")
         hv1 = stage(m, one, hv0, name="hv1")
-        hi1 = stage(m, one, hi0, name="hi1")
-        hb1 = stage(m, one, Cat(*(hm0[j] & (hs0[j] > threshold) for j in range(lanes))),
-                    name="hb1")
+        hi1 = data_stage(m, one, hi0, name="hi1")
+        hb1 = data_stage(m, one, Cat(*(hm0[j] & (hs0[j] > threshold) for j in range(lanes))),
+                         name="hb1")
         sv1 = stage(m, one, sv0 & (sb0[:31] > threshold), name="sv1")
-        si1 = stage(m, one, si0, name="si1")
-        sl1 = stage(m, one, sl0, name="sl1")
+        si1 = data_stage(m, one, si0, name="si1")
+        sl1 = data_stage(m, one, sl0, name="sl1")
         any_hit, hit_first = first_set(m, [hb1[j] for j in range(lanes)], name="hit")
         with m.If(~self.hit):
             with m.If(hv1 & any_hit):

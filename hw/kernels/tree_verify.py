@@ -112,8 +112,8 @@ class TreeVerify(KernelComponent):
         m = Module()
         cmd, tree, result = self.cmd, self.tree, self.result
 
-        # --- request registers ---------------------------------------------------------------
-        req = Signal(p.cmd_layout)
+        # --- request registers (reset_less: datapath, written before it is read; docs/timing.md)
+        req = Signal(p.cmd_layout, reset_less=True)
         greedy = Signal()
         chunk_log2 = Signal(range(p.bank_words.bit_length() + 1))
         chunk = Signal(range(p.bank_words + 1))
@@ -174,20 +174,20 @@ class TreeVerify(KernelComponent):
         m.submodules.ratio = ratio = RatioToFloat32(32, SUM_BITS, 10)
         m.submodules.temperature = temperature = TemperatureScale()
 
-        peak = Signal(32)
+        peak = Signal(32, reset_less=True)
         argmax = Signal(p.token_width)
         is_argmax = Signal()  # GREEDY's test, registered with the candidate (10 LUT levels)
         nan = Signal()
-        threshold = Signal(32)
-        peak_aligned = Signal(ALIGN_BITS)
+        threshold = Signal(32, reset_less=True)
+        peak_aligned = Signal(ALIGN_BITS, reset_less=True)
         key_filter = Signal(KEY_BITS)
         z_limit = Signal(signed(KEY_BITS + 1))  # key >= key_filter is z <= z_limit
         m.d.sync += z_limit.eq(KEY_TOP - key_filter)
         # peak_aligned in three registered steps behind ``peak`` (set in LOADING; first read
         # in PASS_ALL, after LOADED and the Float32Add.latency + 1 clocks of CONSTANTS).
         peak_fields = float32_fields(peak)
-        align_shift = Signal(signed(12))
-        peak_magnitude = Signal(ALIGN_BITS)
+        align_shift = Signal(signed(12), reset_less=True)
+        peak_magnitude = Signal(ALIGN_BITS, reset_less=True)
         m.d.sync += [
             align_shift.eq(peak_fields.exponent_eff - 150 - grid),
             peak_magnitude.eq(align_magnitude(peak_fields.mantissa, align_shift)),
@@ -254,45 +254,45 @@ class TreeVerify(KernelComponent):
         sibling = Signal(link)
         candidate_index = Signal(p.index_width)
         pending_index = Signal(p.index_width)  # accept_index entry waiting for its token
-        coin = Signal(32)
-        prob_acc = Signal(32)
-        q = Signal(32)
+        coin = Signal(32, reset_less=True)
+        prob_acc = Signal(32, reset_less=True)
+        q = Signal(32, reset_less=True)
         accepted = Signal(range(p.max_steps + 1))
         row = Signal(range(max(p.max_nodes, 2)))
         tries = Signal(range(p.max_nodes + 2))  # siblings tried in this step (cycle guard)
-        kept_total = Signal(SUM_BITS)
-        residual = Signal(SUM_BITS)
-        bank_residual = Signal(data.ArrayLayout(SUM_BITS, p.read_ports))
-        term = Signal(len(token_lane.term))
-        mantissa = Signal(32)
+        kept_total = Signal(SUM_BITS, reset_less=True)
+        residual = Signal(SUM_BITS, reset_less=True)
+        bank_residual = Signal(data.ArrayLayout(SUM_BITS, p.read_ports), reset_less=True)
+        term = Signal(len(token_lane.term), reset_less=True)
+        mantissa = Signal(32, reset_less=True)
         exponent_shift = Signal(8)
         kept = Signal()
         wait = Signal(range(64))
         bit = Signal(range(KEY_BITS + 1))
-        search = Signal(KEY_BITS)
+        search = Signal(KEY_BITS, reset_less=True)
         search_bit = Signal(KEY_BITS)  # 1 << (bit - 1), shifted along with ``bit``
-        topk_filter = Signal(KEY_BITS)
-        needed = Signal(SUM_BITS)
+        topk_filter = Signal(KEY_BITS, reset_less=True)
+        needed = Signal(SUM_BITS, reset_less=True)
         searching_p = Signal()
-        product = Signal(24 + SUM_BITS)
+        product = Signal(24 + SUM_BITS, reset_less=True)
         shift = Signal(range(256))
         # The shared multiply (MULTIPLY, SCALE): scaled = mul_a * mul_b >> shift, below: the rest
-        mul_a = Signal(24)
-        mul_b = Signal(MUL_PIECES * MUL_PIECE)
-        partial = Signal(24 + MUL_PIECE)
+        mul_a = Signal(24, reset_less=True)
+        mul_b = Signal(MUL_PIECES * MUL_PIECE, reset_less=True)
+        partial = Signal(24 + MUL_PIECE, reset_less=True)
         mul_count = Signal(range(MUL_PIECES + 1))
         mul_draw = Signal()  # the multiply is the draw's (else top-p's)
-        scaled = Signal(24 + SUM_BITS)
-        below = Signal(24 + SUM_BITS)
+        scaled = Signal(24 + SUM_BITS, reset_less=True)
+        below = Signal(24 + SUM_BITS, reset_less=True)
         round_up = Signal()
-        limit = Signal(SUM_BITS)  # residual - 1
-        remaining = Signal(SUM_BITS + 1)  # the draw's u less the prefix passed so far
+        limit = Signal(SUM_BITS, reset_less=True)  # residual - 1
+        remaining = Signal(SUM_BITS + 1, reset_less=True)  # the draw's u less the prefix so far
         pick_bank = Signal(range(max(p.read_ports, 2)))
         pick_word = Signal(range(max(p.bank_words, 2)))
         draw_word = Signal(range(max(p.bank_words, 2)))
         scan_valid = Signal()
         scan_block = Signal(range(max(p.max_blocks, 2)))
-        block_share = Signal(SUM_BITS)  # the scan's block sum, a clock after its read
+        block_share = Signal(SUM_BITS, reset_less=True)  # the scan's block sum, a clock late
         block_share_valid = Signal()
         block_share_at = Signal(range(max(p.max_blocks, 2)))
         no_residual = Signal()  # `residual == 0`, registered: it holds from FINAL on (8 clocks)

@@ -25,7 +25,7 @@ from golden.logit_rows import (
     Y_FRACTION_BITS,
 )
 from hw.lib.float32 import float32_fields
-from hw.lib.pipeline import stage
+from hw.lib.pipeline import data_stage, stage
 
 __all__ = ["LogitLane", "LaneShare", "counted_term", "SUM_BITS", "GRID_BITS", "KEY_BITS",
            "KEY_TOP", "align_magnitude", "synthesis_configuration"]
@@ -117,26 +117,26 @@ class LogitLane(wiring.Component):
                                | (fields.is_nan & peak.sign))
         finite = ~fields.is_inf & ~fields.is_nan & ~peak.is_inf
         amount = fields.exponent_eff - 150 - self.grid  # signed
-        s1 = {name: stage(m, en, value, name=f"s1_{name}") for name, value in {
+        s1 = _stages(m, en, 1, {
             "mantissa": fields.mantissa, "sign": fields.sign, "amount": amount, "equal": equal,
             "at_least": fields.magnitude >= threshold.magnitude,
             "same": fields.magnitude == threshold.magnitude, "finite": finite,
-            "valid": self.valid}.items()}
+            "valid": self.valid})
 
         # 2. |x| / 2**L, truncated, modulo 2**40.
         keep = s1["finite"] & _at_least(s1["sign"], s1["at_least"], s1["same"], threshold)
-        s2 = {name: stage(m, en, value, name=f"s2_{name}") for name, value in {
+        s2 = _stages(m, en, 2, {
             "aligned": align_magnitude(s1["mantissa"], s1["amount"]), "sign": s1["sign"],
-            "equal": s1["equal"], "keep": keep, "valid": s1["valid"]}.items()}
+            "equal": s1["equal"], "keep": keep, "valid": s1["valid"]})
 
         # 3. |D| = peak - x on the grid (no wrap-around once the coarse check passed; one adder
         #    for both signs of x). A maximum equal to the logit gives 0 by itself: an infinite
         #    maximum has peak_aligned 0 and an infinite logit aligns to 0.
         flip = Cat(*([~s2["sign"]] * ALIGN_BITS))  # A - a = A + ~a + 1 for a positive x
         distance = (self.peak_aligned + (s2["aligned"] ^ flip) + ~s2["sign"])[:ALIGN_BITS]
-        s3 = {name: stage(m, en, value, name=f"s3_{name}") for name, value in {
+        s3 = _stages(m, en, 3, {
             "distance": distance, "equal": s2["equal"], "keep": s2["keep"],
-            "valid": s2["valid"]}.items()}
+            "valid": s2["valid"]})
 
         # 4. The range check |D| <= 2**33; -y = (|D| * C) >> 26, as two 17 x 26 products (one
         #    DSP each; out of range they mean nothing); the integer part k, the fraction
@@ -144,10 +144,10 @@ class LogitLane(wiring.Component):
         distance = s3["distance"]
         near = (distance[RANGE_BITS:] == 0) | (distance == 1 << RANGE_BITS)
         half = (RANGE_BITS + 2) // 2
-        low_product = stage(m, en, distance[:half] * self.scale, name="s4_low")
-        high_product = stage(m, en, distance[half:RANGE_BITS + 1] * self.scale, name="s4_high")
-        s4 = {name: stage(m, en, value, name=f"s4_{name}") for name, value in {
-            "in_range": s3["equal"] | (s3["keep"] & near), "valid": s3["valid"]}.items()}
+        low_product = data_stage(m, en, distance[:half] * self.scale, name="s4_low")
+        high_product = data_stage(m, en, distance[half:RANGE_BITS + 1] * self.scale, name="s4_high")
+        s4 = _stages(m, en, 4, {
+            "in_range": s3["equal"] | (s3["keep"] & near), "valid": s3["valid"]})
         z = (low_product + (high_product << half)) >> Y_FRACTION_BITS
         fraction = z[:Y_FRACTION_BITS]
         low_bits = Y_FRACTION_BITS - TABLE_BITS
@@ -161,18 +161,17 @@ class LogitLane(wiring.Component):
         m.d.comb += [read.en.eq(en), read.addr.eq(index[:TABLE_BITS])]
         a = (rest * LN2_Q18) >> 12  # a * 2**32, signed
         shift = z[Y_FRACTION_BITS:Y_FRACTION_BITS + 7] + index[TABLE_BITS]  # up to 128
-        s5 = {name: stage(m, en, value, name=f"s5_{name}") for name, value in {
+        s5 = _stages(m, en, 5, {
             "a": a[:22].as_signed(), "shift": shift[:8], "z": z[:RANGE_BITS],
-            "in_range": s4["in_range"], "valid": s4["valid"]}.items()}
+            "in_range": s4["in_range"], "valid": s4["valid"]})
 
         # 5. E = T[i] - ((T[i] >> 15) * a) >> 17.
-        scaled = stage(m, en, (read.data >> 15) * s5["a"], name="s6_scaled")
-        t = stage(m, en, read.data, name="s6_table")
-        s6 = {name: stage(m, en, s5[name], name=f"s6_{name}")
-              for name in ("shift", "z", "in_range", "valid")}
+        scaled = data_stage(m, en, (read.data >> 15) * s5["a"], name="s6_scaled")
+        t = data_stage(m, en, read.data, name="s6_table")
+        s6 = _stages(m, en, 6, {name: s5[name] for name in ("shift", "z", "in_range", "valid")})
         # (meaningless out of range: ``in_range`` low)
-        s7 = {name: stage(m, en, value, name=f"s7_{name}") for name, value in {
-            "mantissa": (t - (scaled >> 17))[:32], **{name: s6[name] for name in s6}}.items()}
+        s7 = _stages(m, en, 7, {
+            "mantissa": (t - (scaled >> 17))[:32], **{name: s6[name] for name in s6}})
 
         # 6. The term floor(E * 2**(17 - k)) = (E << 17) >> k and the outputs; k > 48 leaves
         #    no bit above 2**-48: a 6-bit shift and a zero case.
@@ -180,14 +179,21 @@ class LogitLane(wiring.Component):
         shifted = (Cat(Const(0, TERM_BITS - MANTISSA_BITS), s7["mantissa"]) >> k[:6])
         term = Mux(k[6:].any(), 0, shifted)[:TERM_BITS + 1]
         m.d.comb += [
-            self.mantissa.eq(stage(m, en, s7["mantissa"], name="s8_mantissa")),
-            self.shift.eq(stage(m, en, k, name="s8_shift")),
-            self.term.eq(stage(m, en, term, name="s8_term")),
-            self.z.eq(stage(m, en, s7["z"], name="s8_z")),
-            self.in_range.eq(stage(m, en, s7["in_range"], name="s8_in_range")),
+            self.mantissa.eq(data_stage(m, en, s7["mantissa"], name="s8_mantissa")),
+            self.shift.eq(data_stage(m, en, k, name="s8_shift")),
+            self.term.eq(data_stage(m, en, term, name="s8_term")),
+            self.z.eq(data_stage(m, en, s7["z"], name="s8_z")),
+            self.in_range.eq(data_stage(m, en, s7["in_range"], name="s8_in_range")),
             self.out_valid.eq(stage(m, en, s7["valid"], name="s8_valid")),
         ]
         return m
+
+
+def _stages(m, en, number, values: dict) -> dict:
+    """Stage ``number`` of a lane: each of ``values`` registered as ``s<number>_<name>``,
+    datapath without a reset but for the ``valid`` flag (docs/timing.md, "The reset net")."""
+    return {name: stage(m, en, value, name=f"s{number}_{name}", reset_less=name != "valid")
+            for name, value in values.items()}
 
 
 def counted_term(lane: LogitLane, z_limit, removed, apply_removed):

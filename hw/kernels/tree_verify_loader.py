@@ -23,7 +23,7 @@ from amaranth.lib.wiring import In, Out
 from hw.lib.axi import Burst, read_port_signature
 from hw.lib.float32 import float32_fields
 from hw.lib.params import check_choice, check_int, check_power_of_two
-from hw.lib.pipeline import stage
+from hw.lib.pipeline import data_stage, stage
 
 __all__ = ["RowLoader", "Peak", "merge_peaks", "merge_latency"]
 
@@ -84,7 +84,7 @@ class Peak(NamedTuple):
 
 
 def _register(m, candidate, name):
-    return _Candidate(*(stage(m, _ALWAYS, value, name=f"{name}_{field}")
+    return _Candidate(*(data_stage(m, _ALWAYS, value, name=f"{name}_{field}")
                         for field, value in zip(_Candidate._fields, candidate, strict=True)))
 
 
@@ -281,8 +281,8 @@ class RowLoader(wiring.Component):
                 m.d.sync += tail.eq(0)
         in_row = Cat(full | (lane < tail) for lane in range(lanes))
 
-        s0_data = stage(m, _ALWAYS, beat.data, name="s0_data")
-        s0_lanes = stage(m, _ALWAYS, Mux(beat.valid, in_row, 0), name="s0_lanes")
+        s0_data = data_stage(m, _ALWAYS, beat.data, name="s0_data")
+        s0_lanes = data_stage(m, _ALWAYS, Mux(beat.valid, in_row, 0), name="s0_lanes")
         s0_beat = stage(m, _ALWAYS, beat.valid, name="s0_beat")
 
         candidates, nans = [], []
@@ -293,7 +293,7 @@ class RowLoader(wiring.Component):
             candidates.append(_register(m, _Candidate(
                 key=key, negative_zero=negative_zero, place=Const(0, 0)), f"s1_lane{lane}"))
             nans.append(s0_lanes[lane] & float32_fields(bits).is_nan)
-        s1_nan = stage(m, _ALWAYS, Cat(nans), name="s1_nan")
+        s1_nan = data_stage(m, _ALWAYS, Cat(nans), name="s1_nan")
         beat_flag = stage(m, _ALWAYS, s0_beat, name="s1_beat")
 
         # One registered compare level per stage; the winner's lane index gains a bit a level.
@@ -382,7 +382,7 @@ def merge_peaks(m, chunks, *, name="merge"):
         candidates.append(_register(m, _Candidate(
             key=key, negative_zero=negative_zero, place=chunk.peak_index),
             f"{name}_in{position}"))
-    nan = stage(m, _ALWAYS, Cat(chunk.nan for chunk in chunks).any(), name=f"{name}_in_nan")
+    nan = data_stage(m, _ALWAYS, Cat(chunk.nan for chunk in chunks).any(), name=f"{name}_in_nan")
     level = 0
     while len(candidates) > 1:
         merged = []
@@ -398,13 +398,13 @@ def merge_peaks(m, chunks, *, name="merge"):
                 for left_field, right_field in zip(left, right, strict=True))),
                 f"{name}_l{level}_{position // 2}"))
         candidates = merged
-        nan = stage(m, _ALWAYS, nan, name=f"{name}_l{level}_nan")
+        nan = data_stage(m, _ALWAYS, nan, name=f"{name}_l{level}_nan")
         level += 1
     (best,) = candidates
     return Peak(
-        peak=stage(m, _ALWAYS, _key_to_float(best.key, best.negative_zero),
-                   name=f"{name}_peak"),
-        peak_index=stage(m, _ALWAYS, best.place, name=f"{name}_peak_index"),
-        has_valid=stage(m, _ALWAYS, best.key != 0, name=f"{name}_has_valid"),
-        nan=stage(m, _ALWAYS, nan, name=f"{name}_nan"),
+        peak=data_stage(m, _ALWAYS, _key_to_float(best.key, best.negative_zero),
+                        name=f"{name}_peak"),
+        peak_index=data_stage(m, _ALWAYS, best.place, name=f"{name}_peak_index"),
+        has_valid=data_stage(m, _ALWAYS, best.key != 0, name=f"{name}_has_valid"),
+        nan=data_stage(m, _ALWAYS, nan, name=f"{name}_nan"),
     )

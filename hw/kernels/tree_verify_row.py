@@ -33,10 +33,11 @@ def widen_logit(bits, logit_bits: int):
 
 def sum_tree(m: Module, values: list, *, name: str) -> list[list[Signal]]:
     """Registered pairwise sums of ``values`` (a power-of-two count), one level per clock;
-    returns every level, ``levels[0]`` the registered inputs and ``levels[-1]`` the total."""
+    returns every level, ``levels[0]`` the registered inputs and ``levels[-1]`` the total.
+    Datapath registers: no reset (docs/timing.md, "The reset net")."""
     level = []
     for j, value in enumerate(values):
-        register = Signal(len(value), name=f"{name}_l0_{j}")
+        register = Signal(len(value), name=f"{name}_l0_{j}", reset_less=True)
         m.d.sync += register.eq(value)
         level.append(register)
     levels = [level]
@@ -44,7 +45,7 @@ def sum_tree(m: Module, values: list, *, name: str) -> list[list[Signal]]:
         nxt = []
         for j in range(0, len(level), 2):
             register = Signal(max(len(level[j]), len(level[j + 1])) + 1,
-                              name=f"{name}_l{len(levels)}_{j // 2}")
+                              name=f"{name}_l{len(levels)}_{j // 2}", reset_less=True)
             m.d.sync += register.eq(level[j] + level[j + 1])
             nxt.append(register)
         levels.append(nxt)
@@ -268,7 +269,7 @@ class RowPass(wiring.Component):
             read, write = table.read_port(), table.write_port()
             m.d.comb += [read.addr.eq(self.block_address),
                          self.block_data[bank].eq(read.data)]
-            running = Signal(SUM_BITS, name=f"block_sum{bank}")
+            running = Signal(SUM_BITS, name=f"block_sum{bank}", reset_less=True)  # from `start`
             total = running + bank_level[bank]
             with m.If(start):
                 m.d.sync += running.eq(0)

@@ -38,7 +38,7 @@ from amaranth.lib.wiring import Out
 from hw.lib.component import KernelComponent
 from hw.lib.float32 import Float32Multiply, float32_less_equal
 from hw.lib.params import ParameterError, ParameterRecord, check_int, index_bits, parameter
-from hw.lib.pipeline import stage
+from hw.lib.pipeline import data_stage, stage
 from hw.lib.stream import packet_layout, stalling_handshake
 
 __all__ = ["CUMU_SCORE_SCALE_BITS", "Region", "UpdateStateParams", "UpdateCumuDraftState",
@@ -351,7 +351,7 @@ class UpdateCumuDraftState(KernelComponent):
                      + cmd.index[:index_bits(p.region_size(region))] for region in Region}
         host_write = {region: host_accept & cmd.write & host_ok & (cmd.region == region)
                       for region in Region}
-        rsp_region = stage(m, host_en, cmd.region, name="rsp_region")
+        rsp_region = data_stage(m, host_en, cmd.region, name="rsp_region")
         rsp_zero = stage(m, host_en, cmd.write | ~host_ok, name="rsp_zero")
 
         rsp = self.host_rsp.payload
@@ -543,10 +543,10 @@ class UpdateCumuDraftState(KernelComponent):
         in_flight = []
         for index in range(1, Float32Multiply.latency + 1):
             s_valid = stage(m, always, s_valid, name=f"append{index}_valid")
-            s_addr = stage(m, always, s_addr, name=f"append{index}_addr")
-            s_tok = stage(m, always, s_tok, name=f"append{index}_tok")
-            s_prev = stage(m, always, s_prev, name=f"append{index}_prev")
-            s_side = stage(m, always, s_side, name=f"append{index}_side")
+            s_addr = data_stage(m, always, s_addr, name=f"append{index}_addr")
+            s_tok = data_stage(m, always, s_tok, name=f"append{index}_tok")
+            s_prev = data_stage(m, always, s_prev, name=f"append{index}_prev")
+            s_side = data_stage(m, always, s_side, name=f"append{index}_side")
             in_flight.append(s_valid)
         append_busy = Cat(*in_flight).any()
 
@@ -590,8 +590,9 @@ class UpdateCumuDraftState(KernelComponent):
         # is decided, while `running` still holds the write port.
         link_write = stage(m, always, link_go & (link_parent >= 0) & (link_parent < MAXN),
                            name="link_write")
-        link_addr = stage(m, always, node_base + link_parent[:len(node_base)], name="link_addr")
-        link_data = stage(m, always, link_value, name="link_data")
+        link_addr = data_stage(m, always, node_base + link_parent[:len(node_base)],
+                               name="link_addr")
+        link_data = data_stage(m, always, link_value, name="link_data")
 
         # Arrival flags for the beat counts after this clock (kept in registers: comparing the
         # beat count in front of the pick and the lookup would be too deep for one clock).
@@ -618,7 +619,7 @@ class UpdateCumuDraftState(KernelComponent):
         tok_read = stage(m, always, tok_issue, name="token_read")
         tok_picked = stage(m, always, tok_pick, name="token_picked")
         tok_index = _select(m, tok_picked, sorted_index, name="token_index")
-        tok_out = stage(m, always, out_base + tok_pick, name="token_out")
+        tok_out = data_stage(m, always, out_base + tok_pick, name="token_out")
         m.d.comb += [rd["cand_token"].addr.eq(tok_index), rd["cand_token"].en.eq(tok_read)]
         m.d.sync += [tok_pending.eq(tok_read), tok_addr.eq(tok_out)]
         with m.If(tok_issue):

@@ -17,7 +17,7 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Value, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .pipeline import stage
+from .pipeline import data_stage
 
 __all__ = [
     "CANONICAL_NAN", "POSITIVE_INFINITY",
@@ -237,7 +237,7 @@ class Float32Multiply(wiring.Component):
         # kernel's operand multiplexer). A significand with ``z`` leading zeros (of 24) has
         # its leading one at bit 23 - z, so the product of two nonzero ones has it at bit
         # 47 - lz or 46 - lz, lz = z_a + z_b.
-        s1 = {name: stage(m, en, value, name=f"s1_{name}") for name, value in {
+        s1 = {name: data_stage(m, en, value, name=f"s1_{name}") for name, value in {
             "sign": a.sign ^ b.sign,
             **{f"{kind}_{name}": getattr(x, kind) for name, x in (("a", a), ("b", b))
                for kind in ("is_nan", "is_inf", "is_zero")},
@@ -263,7 +263,7 @@ class Float32Multiply(wiring.Component):
         reduced = [Mux(s1[f"subnormal_{x}"],
                        _leading_zeros_from_groups(s1[f"rest_{x}"], 24, 1, -1),
                        s1[f"exponent_{x}"]) for x in "ab"]  # e - z
-        s2 = {name: stage(m, en, value, name=f"s2_{name}") for name, value in {
+        s2 = {name: data_stage(m, en, value, name=f"s2_{name}") for name, value in {
             # two 24 x 17 / 24 x 7 partial products, one DSP slice each
             "low": s1["mantissa_a"] * s1["mantissa_b"][:17],
             "high": s1["mantissa_a"] * s1["mantissa_b"][17:],
@@ -278,7 +278,7 @@ class Float32Multiply(wiring.Component):
         # Beside it, what a subnormal result needs: P shifts right by 127 - (ea + eb) (63:
         # all 48 bits) and drops its bits i < 127 - (ea + eb).
         exponent_sum = s2["exponent_sum"]
-        s3 = {name: stage(m, en, value, name=f"s3_{name}") for name, value in {
+        s3 = {name: data_stage(m, en, value, name=f"s3_{name}") for name, value in {
             "product": s2["low"] + (s2["high"] << 17),
             "subnormal_right": Mux(exponent_sum >= 127, 0,
                                    Mux(exponent_sum < 64, 63, (127 - exponent_sum)[:6])),
@@ -311,7 +311,7 @@ class Float32Multiply(wiring.Component):
         # picks one (choosing here too makes the stage too deep for the rule). The two left
         # shifts differ by one bit at most: by one when both choices are normal (lz + 1 and
         # lz), else not at all (both subnormal_left, or lz = subnormal_left at distance 127).
-        s4 = {name: stage(m, en, value, name=f"s4_{name}") for name, value in {
+        s4 = {name: data_stage(m, en, value, name=f"s4_{name}") for name, value in {
             "t": ~Array([*s3["product"][:48][::-1], *[Const(0, 1)] * 16])[s3["lz"]],
             "left": choices[0]["left"], "one_more": ~choices[1]["subnormal"],
             **{f"{name}{t}": choice[name] for t, choice in enumerate(choices)
@@ -328,7 +328,7 @@ class Float32Multiply(wiring.Component):
                   for name in ("subnormal", "field", "overflow")}
         shifted = (s4["product"] << s4["left"])[:48]
         shifted = Mux(s4["t"] & s4["one_more"], Cat(Const(0, 1), shifted[:47]), shifted)
-        s5 = {name: stage(m, en, value, name=f"s5_{name}") for name, value in {
+        s5 = {name: data_stage(m, en, value, name=f"s5_{name}") for name, value in {
             "significand": Mux(chosen["subnormal"] & s4["below"], s4["right_shifted"], shifted),
             "lost": chosen["subnormal"] & s4["dropped_ones"],
             "field": chosen["field"], "overflow": chosen["overflow"],
@@ -340,7 +340,7 @@ class Float32Multiply(wiring.Component):
             s5["field"], significand[24:48], guard=significand[23],
             sticky=significand[:23].any() | s5["lost"])
         magnitude = Mux(s5["overflow"], POSITIVE_INFINITY, magnitude)
-        m.d.comb += self.result.eq(stage(
+        m.d.comb += self.result.eq(data_stage(
             m, en, Mux(s5["special"], s5["special_value"], Cat(magnitude[:31], s5["sign"])),
             name="s6_result"))
         return m
@@ -400,15 +400,15 @@ class Float32Add(wiring.Component):
         big_sign = Mux(swap, b.sign, a.sign)
         big_exponent = Mux(swap, b.exponent_eff, a.exponent_eff)
         small_exponent = Mux(swap, a.exponent_eff, b.exponent_eff)
-        s1 = {f"{name}_{x}": stage(m, en, getattr(fields, name), name=f"s1_{name}_{x}")
+        s1 = {f"{name}_{x}": data_stage(m, en, getattr(fields, name), name=f"s1_{name}_{x}")
               for x, fields in (("a", a), ("b", b)) for name in ("is_nan", "is_inf", "sign")}
-        s1_sign = stage(m, en, big_sign, name="s1_sign")
-        s1_zero_sign = stage(m, en, a.sign & b.sign, name="s1_zero_sign")
-        s1_subtract = stage(m, en, a.sign != b.sign, name="s1_subtract")
-        s1_exponent = stage(m, en, big_exponent, name="s1_exponent")
-        s1_distance = stage(m, en, (big_exponent - small_exponent)[:8], name="s1_distance")
-        s1_big = stage(m, en, Mux(swap, b.mantissa, a.mantissa), name="s1_big")
-        s1_small = stage(m, en, Mux(swap, a.mantissa, b.mantissa), name="s1_small")
+        s1_sign = data_stage(m, en, big_sign, name="s1_sign")
+        s1_zero_sign = data_stage(m, en, a.sign & b.sign, name="s1_zero_sign")
+        s1_subtract = data_stage(m, en, a.sign != b.sign, name="s1_subtract")
+        s1_exponent = data_stage(m, en, big_exponent, name="s1_exponent")
+        s1_distance = data_stage(m, en, (big_exponent - small_exponent)[:8], name="s1_distance")
+        s1_big = data_stage(m, en, Mux(swap, b.mantissa, a.mantissa), name="s1_big")
+        s1_small = data_stage(m, en, Mux(swap, a.mantissa, b.mantissa), name="s1_small")
 
         # Stage 2: the special cases; align the smaller significand, a one shifted out (a
         # one below bit `distance` of the field: the field under a mask of the distance, a
@@ -425,32 +425,33 @@ class Float32Add(wiring.Component):
         # (ORed per group of 6 bits here; the groups join bit 0 in stage 3, in the LUTs in
         # front of the adder's carry)
         shifted_out = [field[x] & (s1_distance > x) for x in range(3, 27)]
-        s2_sticky = stage(m, en, Cat(Cat(shifted_out[x:x + 6]).any()
+        s2_sticky = data_stage(m, en, Cat(Cat(shifted_out[x:x + 6]).any()
                                      for x in range(0, len(shifted_out), 6)), name="s2_sticky")
-        s2_small = stage(m, en, Cat(aligned[:27], 0), name="s2_small")
-        s2_big = stage(m, en, Cat(Const(0, 3), s1_big), name="s2_big")
-        s2_subtract = stage(m, en, s1_subtract, name="s2_subtract")
-        s2_marker = stage(m, en, Cat(s1_exponent == 27 - i for i in range(27)),
-                          name="s2_marker")
-        s2_special = stage(m, en, is_nan | is_inf, name="s2_special")
-        s2_is_nan = stage(m, en, is_nan, name="s2_is_nan")
-        s2_inf_sign = stage(m, en, inf_sign, name="s2_inf_sign")
-        pass_through = [(s2_special, "special"), (s2_is_nan, "is_nan"),
-                        (s2_inf_sign, "inf_sign"), (stage(m, en, s1_sign, name="s2_sign"), "sign"),
-                        (stage(m, en, s1_zero_sign, name="s2_zero_sign"), "zero_sign"),
-                        (stage(m, en, s1_exponent, name="s2_exponent"), "exponent")]
+        s2_small = data_stage(m, en, Cat(aligned[:27], 0), name="s2_small")
+        s2_big = data_stage(m, en, Cat(Const(0, 3), s1_big), name="s2_big")
+        s2_subtract = data_stage(m, en, s1_subtract, name="s2_subtract")
+        s2_marker = data_stage(m, en, Cat(s1_exponent == 27 - i for i in range(27)),
+                               name="s2_marker")
+        s2_special = data_stage(m, en, is_nan | is_inf, name="s2_special")
+        s2_is_nan = data_stage(m, en, is_nan, name="s2_is_nan")
+        s2_inf_sign = data_stage(m, en, inf_sign, name="s2_inf_sign")
+        pass_through = [(s2_special, "special"), (s2_is_nan, "is_nan"), (s2_inf_sign, "inf_sign"),
+                        (data_stage(m, en, s1_sign, name="s2_sign"), "sign"),
+                        (data_stage(m, en, s1_zero_sign, name="s2_zero_sign"), "zero_sign"),
+                        (data_stage(m, en, s1_exponent, name="s2_exponent"), "exponent")]
         s2 = {name: value for value, name in pass_through}
 
         # Stage 3: |big| >= |small|, so the difference is never negative. The leading-zero
         # group tables of the sum with the marker: the count is then at most `exponent - 1`.
         small = Cat(s2_small[0] | s2_sticky.any(), s2_small[1:]) ^ s2_subtract.replicate(28)
         total = (s2_big + small + s2_subtract)[:28]
-        s3_sum = stage(m, en, total, name="s3_sum")
-        s3_groups = stage(m, en, _leading_zero_groups(total[:27] | s2_marker), name="s3_groups")
-        s3 = {name: stage(m, en, s2[name], name=f"s3_{name}") for _, name in pass_through}
+        s3_sum = data_stage(m, en, total, name="s3_sum")
+        s3_groups = data_stage(m, en, _leading_zero_groups(total[:27] | s2_marker),
+                               name="s3_groups")
+        s3 = {name: data_stage(m, en, s2[name], name=f"s3_{name}") for _, name in pass_through}
 
         # Stage 4: the left shift, min(leading zeros, exponent - 1).
-        s4 = {name: stage(m, en, value, name=f"s4_{name}") for name, value in {
+        s4 = {name: data_stage(m, en, value, name=f"s4_{name}") for name, value in {
             "sum": s3_sum, "is_zero": s3_sum == 0,
             "left_amount": _leading_zeros_from_groups(s3_groups, 27).as_unsigned()[:5],
             **{name: s3[name] for _, name in pass_through}}.items()}
@@ -463,11 +464,11 @@ class Float32Add(wiring.Component):
         normalised = Mux(carry, Cat(total[0] | total[1], total[2:28]),
                          (total[:27] << s4["left_amount"])[:27])
         exponent = Mux(carry, s4["exponent"] + 1, s4["exponent"] - s4["left_amount"])[:9]
-        s5_significand = stage(m, en, normalised, name="s5_significand")
-        s5_exponent_field = stage(m, en, Mux(normalised[26], exponent, 0)[:9],
-                                  name="s5_exponent_field")
-        s5_is_zero = stage(m, en, s4["is_zero"], name="s5_is_zero")
-        s5 = {name: stage(m, en, s4[name], name=f"s5_{name}") for _, name in pass_through
+        s5_significand = data_stage(m, en, normalised, name="s5_significand")
+        s5_exponent_field = data_stage(m, en, Mux(normalised[26], exponent, 0)[:9],
+                                       name="s5_exponent_field")
+        s5_is_zero = data_stage(m, en, s4["is_zero"], name="s5_is_zero")
+        s5 = {name: data_stage(m, en, s4[name], name=f"s5_{name}") for _, name in pass_through
               if name != "exponent"}
 
         # Stage 6: round; only a carry out of exponent 254 overflows before rounding.
@@ -478,7 +479,7 @@ class Float32Add(wiring.Component):
         sign = Mux(s5_is_zero, s5["zero_sign"], s5["sign"])
         special_value = Mux(s5["is_nan"], CANONICAL_NAN,
                             Cat(Const(POSITIVE_INFINITY, 31), s5["inf_sign"]))
-        m.d.comb += self.result.eq(stage(
+        m.d.comb += self.result.eq(data_stage(
             m, en, Mux(s5["special"], special_value, Cat(magnitude[:31], sign)),
             name="s6_result"))
         return m

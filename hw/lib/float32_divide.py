@@ -31,7 +31,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .float32 import CANONICAL_NAN, POSITIVE_INFINITY, float32_fields
-from .pipeline import count_leading_zeros, shift_right_sticky, stage
+from .pipeline import count_leading_zeros, data_stage, shift_right_sticky
 
 __all__ = ["Float32Divide", "QUOTIENT_BITS", "divide_latency", "quotient_alignment",
            "ALIGN_MAX_SHIFT"]
@@ -140,12 +140,12 @@ class Float32Divide(wiring.Component):
         sign = a.sign ^ b.sign
         special_value = Mux(is_nan, CANONICAL_NAN,
                             Cat(Mux(is_inf, POSITIVE_INFINITY, 0)[:31], sign))
-        s1 = {f"{name}_{x}": stage(m, en, value, name=f"s1_{name}_{x}")
+        s1 = {f"{name}_{x}": data_stage(m, en, value, name=f"s1_{name}_{x}")
               for x, fields in (("a", a), ("b", b))
               for name, value in (("mantissa", fields.mantissa),
                                   ("exponent", fields.exponent_eff),
                                   ("zeros", count_leading_zeros(fields.mantissa)))}
-        carried = {name: stage(m, en, value, name=f"s1_{name}") for name, value in (
+        carried = {name: data_stage(m, en, value, name=f"s1_{name}") for name, value in (
             ("special", is_nan | is_inf | is_zero), ("special_value", special_value),
             ("sign", sign))}
 
@@ -153,18 +153,21 @@ class Float32Divide(wiring.Component):
         # in (1/2, 2)): (ea - lz_a) - (eb - lz_b) + 127, in a signed 11-bit field.
         exponent = ((s1["exponent_a"] - s1["zeros_a"]) - (s1["exponent_b"] - s1["zeros_b"])
                     + 127)
-        s2_exponent = stage(m, en, exponent.as_signed()[:11].as_signed(), name="s2_exponent")
-        s2_a = stage(m, en, (s1["mantissa_a"] << s1["zeros_a"])[:24], name="s2_a")
-        s2_b = stage(m, en, (s1["mantissa_b"] << s1["zeros_b"])[:24], name="s2_b")
-        carried = {name: stage(m, en, value, name=f"s2_{name}") for name, value in carried.items()}
+        s2_exponent = data_stage(m, en, exponent.as_signed()[:11].as_signed(), name="s2_exponent")
+        s2_a = data_stage(m, en, (s1["mantissa_a"] << s1["zeros_a"])[:24], name="s2_a")
+        s2_b = data_stage(m, en, (s1["mantissa_b"] << s1["zeros_b"])[:24], name="s2_b")
+        carried = {name: data_stage(m, en, value, name=f"s2_{name}")
+                   for name, value in carried.items()}
 
         # Stage 3: X/B in [1, 2).
         below = s2_a < s2_b
-        s3_remainder = stage(m, en, Mux(below, Cat(Const(0, 1), s2_a), Cat(s2_a, Const(0, 1))),
-                             name="s3_remainder")
-        s3_divisor = stage(m, en, s2_b, name="s3_divisor")
-        s3_exponent = stage(m, en, (s2_exponent - below)[:11].as_signed(), name="s3_exponent")
-        carried = {name: stage(m, en, value, name=f"s3_{name}") for name, value in carried.items()}
+        s3_remainder = data_stage(m, en,
+                                  Mux(below, Cat(Const(0, 1), s2_a), Cat(s2_a, Const(0, 1))),
+                                  name="s3_remainder")
+        s3_divisor = data_stage(m, en, s2_b, name="s3_divisor")
+        s3_exponent = data_stage(m, en, (s2_exponent - below)[:11].as_signed(), name="s3_exponent")
+        carried = {name: data_stage(m, en, value, name=f"s3_{name}")
+                   for name, value in carried.items()}
 
         # What post 1 needs of the exponent, from here on beside the iterations.
         carried.update(quotient_alignment(s3_exponent))
@@ -181,19 +184,19 @@ class Float32Divide(wiring.Component):
                 remainder = Cat(Const(0, 1), kept)[:26]
                 quotient = Cat(bit, quotient)
                 produced += 1
-            remainder = stage(m, en, remainder, name=f"d{index}_remainder")
-            quotient = stage(m, en, quotient, name=f"d{index}_quotient")
-            divisor = stage(m, en, divisor, name=f"d{index}_divisor")
-            carried = {name: stage(m, en, value, name=f"d{index}_{name}")
+            remainder = data_stage(m, en, remainder, name=f"d{index}_remainder")
+            quotient = data_stage(m, en, quotient, name=f"d{index}_quotient")
+            divisor = data_stage(m, en, divisor, name=f"d{index}_divisor")
+            carried = {name: data_stage(m, en, value, name=f"d{index}_{name}")
                        for name, value in carried.items()}
 
         # Post 1: normal or subnormal alignment, sticky bit.
         sticky = remainder.any()
         shifted, lost = shift_right_sticky(quotient, carried.pop("right"),
                                            max_shift=ALIGN_MAX_SHIFT)
-        p1_quotient = stage(m, en, shifted, name="p1_quotient")
-        p1_sticky = stage(m, en, sticky | lost, name="p1_sticky")
-        carried = {name: stage(m, en, value, name=f"p1_{name}")
+        p1_quotient = data_stage(m, en, shifted, name="p1_quotient")
+        p1_sticky = data_stage(m, en, sticky | lost, name="p1_sticky")
+        carried = {name: data_stage(m, en, value, name=f"p1_{name}")
                    for name, value in carried.items()}
         p1_exponent_field, p1_overflow = carried["field"], carried["overflow"]
 
@@ -201,7 +204,7 @@ class Float32Divide(wiring.Component):
         magnitude = _round_to_nearest_even(p1_exponent_field, p1_quotient[1:25],
                                            guard=p1_quotient[0], sticky=p1_sticky)
         magnitude = Mux(p1_overflow, POSITIVE_INFINITY, magnitude)
-        m.d.comb += self.result.eq(stage(
+        m.d.comb += self.result.eq(data_stage(
             m, en, Mux(carried["special"], carried["special_value"],
                        Cat(magnitude[:31], carried["sign"])),
             name="p2_result"))

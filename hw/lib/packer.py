@@ -81,7 +81,8 @@ class Packer(wiring.Component):
         m = Module()
         bits, G, L = self._unit_bits, self._in_units, self._out_units
         size = 2 * L + G
-        units = [Signal(bits, name=f"unit{p}") for p in range(size)]
+        # The units are datapath (``held`` says which mean something): no reset.
+        units = [Signal(bits, name=f"unit{p}", reset_less=True) for p in range(size)]
         held = Signal(size)  # which positions hold a unit
         fill = Signal(range(size + 1))  # the next unit's position
 

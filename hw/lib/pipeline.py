@@ -12,7 +12,7 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 _CLZ_GROUP = 6
 
 
-def stage(m: Module, en: Value, value, *, name: str) -> Signal:
+def stage(m: Module, en: Value, value, *, name: str, reset_less: bool = False) -> Signal:
     """Register ``value`` into a new signal of the same shape, advancing when ``en`` is high.
 
     Parameters
@@ -25,12 +25,22 @@ def stage(m: Module, en: Value, value, *, name: str) -> Signal:
         What the register captures.
     name : str
         Name of the register in the generated Verilog.
+    reset_less : bool
+        No reset: the register keeps its value through ``rst`` (its power-up value is still
+        ``0``); see :func:`data_stage`.
     """
     value = Value.cast(value)
-    register = Signal(value.shape(), name=name)
+    register = Signal(value.shape(), name=name, reset_less=reset_less)
     with m.If(en):
         m.d.sync += register.eq(value)
     return register
+
+
+def data_stage(m: Module, en: Value, value, *, name: str) -> Signal:
+    """:func:`stage` for a datapath register: no reset (``reset_less``), so that the reset net
+    reaches control state only (docs/timing.md, "The reset net"). For values that only matter
+    beside a valid flag or a state that has a reset; a flag itself takes :func:`stage`."""
+    return stage(m, en, value, name=name, reset_less=True)
 
 
 def count_leading_zeros(value: Value) -> Value:

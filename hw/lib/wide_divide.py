@@ -105,10 +105,12 @@ class RestoringDivider(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        remainder = Signal(self._divisor_bits + 1)
-        divisor = Signal(self._divisor_bits)
-        quotient = Signal(self._quotient_bits)
-        tail = Signal(self._tail_bits)
+        # The operands are datapath (no reset: docs/timing.md, "The reset net"); ``count``
+        # is the control state.
+        remainder = Signal(self._divisor_bits + 1, reset_less=True)
+        divisor = Signal(self._divisor_bits, reset_less=True)
+        quotient = Signal(self._quotient_bits, reset_less=True)
+        tail = Signal(self._tail_bits, reset_less=True)
         count = Signal(range(self.iterations + 1))
         m.d.comb += [self.done.eq(count == 0), self.quotient.eq(quotient),
                      self.inexact.eq(remainder.any() | tail.any())]
@@ -188,22 +190,27 @@ class RatioToFloat32(wiring.Component):
         m.submodules.divider = divider = RestoringDivider(
             db, RATIO_QUOTIENT_BITS, tail_bits=max(nb - db, 0),
             bits_per_clock=self._bits_per_clock)
-        numerator, denominator = Signal(nb), Signal(db)
-        scale = Signal(signed(self._scale_bits))
-        numerator_zeros, denominator_zeros = Signal(range(nb + 1)), Signal(range(db + 1))
+        # Every register but the FSM's is datapath: no reset (docs/timing.md, "The reset net").
+        numerator, denominator = Signal(nb, reset_less=True), Signal(db, reset_less=True)
+        scale = Signal(signed(self._scale_bits), reset_less=True)
+        numerator_zeros = Signal(range(nb + 1), reset_less=True)
+        denominator_zeros = Signal(range(db + 1), reset_less=True)
         smax = 1 << (self._scale_bits - 1)  # biased exponents, every operand and scale:
         shape = Shape.cast(range(126 - db - smax, nb + 127 + smax))
-        base = Signal(shape)  # before the leading zeros
-        exponent = Signal(shape)  # for an order bit of 1
+        base = Signal(shape, reset_less=True)  # before the leading zeros
+        exponent = Signal(shape, reset_less=True)  # for an order bit of 1
         # ALIGN's shift, field and overflow (``quotient_alignment``) for an order bit of 0
         # and of 1, registered while the divider runs.
-        aligns = [{"right": Signal(6, name=f"right{t}"), "field": Signal(8, name=f"field{t}"),
-                   "overflow": Signal(name=f"overflow{t}")} for t in (0, 1)]
-        top_bit = Signal()
-        fraction, aligned = Signal(25), Signal(25)  # 24 significand bits and guard
-        sticky, aligned_sticky, zero, infinite, overflow = (Signal(name=name) for name in (
-            "sticky", "aligned_sticky", "zero", "infinite", "overflow"))
-        field, result = Signal(8), Signal(32)
+        aligns = [{"right": Signal(6, name=f"right{t}", reset_less=True),
+                   "field": Signal(8, name=f"field{t}", reset_less=True),
+                   "overflow": Signal(name=f"overflow{t}", reset_less=True)} for t in (0, 1)]
+        top_bit = Signal(reset_less=True)
+        # 24 significand bits and guard
+        fraction, aligned = Signal(25, reset_less=True), Signal(25, reset_less=True)
+        sticky, aligned_sticky, zero, infinite, overflow = (
+            Signal(name=name, reset_less=True)
+            for name in ("sticky", "aligned_sticky", "zero", "infinite", "overflow"))
+        field, result = Signal(8, reset_less=True), Signal(32, reset_less=True)
         m.d.comb += self.response.payload.eq(result)
 
         with m.FSM(name="ratio"):
@@ -306,8 +313,10 @@ class TemperatureScale(wiring.Component):
         # + dropped + 2 - field), once more for an order bit of 1.
         dropped = self.DIVIDEND.bit_length() - _T_BITS - SCALE_QUOTIENT_BITS
         dropped_nonzero = bool(self.DIVIDEND & ((1 << dropped) - 1))
-        base = Signal(signed(9))  # the exponent for an order bit of 0
-        mantissa, exponent = Signal(SCALE_BITS), Signal(signed(9))
+        # Datapath, no reset (docs/timing.md, "The reset net").
+        base = Signal(signed(9), reset_less=True)  # the exponent for an order bit of 0
+        mantissa = Signal(SCALE_BITS, reset_less=True)
+        exponent = Signal(signed(9), reset_less=True)
         m.d.comb += [self.response.payload.mantissa.eq(mantissa),
                      self.response.payload.exponent.eq(exponent)]
 
