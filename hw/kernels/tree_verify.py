@@ -32,6 +32,7 @@ from golden.logit_rows import ALIGN_BITS, GREEDY_TEMPERATURE, GRID_OFFSET, SCALE
 from hw.lib.component import KernelComponent
 from hw.lib.float32 import Float32Add, float32_fields, float32_less, float32_less_equal
 from hw.lib.float32_divide import Float32Divide
+from hw.lib.fsm import OneHotFSM
 from hw.lib.lfsr import GaloisLFSR32
 from hw.lib.wide_divide import RatioToFloat32, TemperatureScale
 
@@ -43,7 +44,13 @@ from .tree_verify_lane import (
     LogitLane,
     align_magnitude,
 )
-from .tree_verify_loader import RowLoader, merge_latency, merge_peaks
+from .tree_verify_loader import (
+    RowLoader,
+    drive_row_addresses,
+    merge_latency,
+    merge_peaks,
+    row_split,
+)
 from .tree_verify_params import TreeVerifyParams
 from .tree_verify_row import RowPass, widen_logit
 
@@ -115,8 +122,6 @@ class TreeVerify(KernelComponent):
         # --- request registers (reset_less: datapath, written before it is read; docs/timing.md)
         req = Signal(p.cmd_layout, reset_less=True)
         greedy = Signal()
-        chunk_log2 = Signal(range(p.bank_words.bit_length() + 1))
-        chunk = Signal(range(p.bank_words + 1))
         row_words = Signal(range(p.max_row_words + 1))
         grid = Signal(signed(GRID_BITS))
         scale = Signal(SCALE_BITS)
@@ -125,24 +130,14 @@ class TreeVerify(KernelComponent):
         top_p_on = Signal()
         threshold_acc = Signal(32)
 
-        # Per-request constants, free-running registers a few clocks behind ``req``: ROW, their
-        # first use, comes at least 7 clocks after IDLE (n >= 2 tree beats, FINAL_COIN, ROOT,
-        # ROOT_DATA), and none of them has to be decided in the clock of the command.
-        # chunk_log2 = ceil(log2(ceil(row_words / ports))): per_port - 1 < 2**chunk_log2.
-        per_port_m1 = Signal(range(p.max_row_words + 1))
-        m.d.sync += per_port_m1.eq((row_words - 1) >> (p.read_ports.bit_length() - 1))
-        for value in reversed(range(p.bank_words.bit_length())):
-            with m.If((per_port_m1 >> value) == 0):
-                m.d.sync += chunk_log2.eq(value)
-        with m.If((per_port_m1 >> (p.bank_words.bit_length() - 1)) != 0):
-            m.d.sync += chunk_log2.eq(0)
-        chunk_mask = Signal(range(max(p.bank_words, 2)))  # chunk - 1
-        m.d.sync += [chunk.eq(Const(1, chunk.shape()) << chunk_log2),
-                     chunk_mask.eq((Const(1, chunk.shape()) << chunk_log2) - 1)]
+        chunk_log2, chunk, chunk_mask = row_split(m, p, row_words)  # per-request constants
         last_node = Signal.like(req.nodes)
         m.d.sync += last_node.eq(req.nodes - 1)
         divide_on = Signal()  # prob_acc / threshold_acc needs the divider
-        m.d.sync += divide_on.eq(threshold_acc != _ONE)
+        # (both behind `req`: a compare of the command's port was in front of the divider)
+        m.d.sync += [divide_on.eq(threshold_acc != _ONE),
+                     threshold_acc.eq(Mux(float32_less(req.threshold_acc, _MIN_THRESHOLD_ACC),
+                                          _MIN_THRESHOLD_ACC, req.threshold_acc))]
 
         # --- node memory ---------------------------------------------------------------------
         link = signed(p.node_bits + 2)
@@ -297,6 +292,13 @@ class TreeVerify(KernelComponent):
         block_share_at = Signal(range(max(p.max_blocks, 2)))
         no_residual = Signal()  # `residual == 0`, registered: it holds from FINAL on (8 clocks)
         m.d.sync += no_residual.eq(residual == 0)
+        # STEP's, REJECT's and DRAW's tests, registered ahead (8 LUT levels and a carry into
+        # `cur` and `bonus`): `last_next` and `accepted` settle three clocks before STEP,
+        # `sibling` two before REJECT (NODE_DATA -> GREEDY -> REJECT), the coin in FINAL_COIN.
+        walk_ends, sibling_ends, coin_negative = Signal(), Signal(), Signal()
+        m.d.sync += [walk_ends.eq((accepted == req.steps - 1) | (last_next < 0)
+                                  | (last_next >= req.nodes)),
+                     sibling_ends.eq((sibling < 0) | (sibling >= req.nodes))]
         found = Signal()
         lane_in = Signal(range(p.port_logits + 1))
         lane_out = Signal(range(p.port_logits + 1))
@@ -317,6 +319,7 @@ class TreeVerify(KernelComponent):
 
         # Float plumbing of a decision.
         coin_fields = float32_fields(final_coin)
+        m.d.sync += coin_negative.eq(coin_fields.sign & ~coin_fields.is_zero)
         # CONSTANTS uses the adder for the threshold: peak - margin, margin =
         # 2**(L + 35) (infinite above 2**127), a register of the request's grid.
         constants_phase = Signal()
@@ -333,37 +336,20 @@ class TreeVerify(KernelComponent):
             ratio.request.payload.denominator.eq(kept_total),
             ratio.request.payload.scale.eq(_TERM_UP - exponent_shift),
         ]
-        sum_ratio = Signal(32)  # prob_acc / threshold_acc (no division by 1.0)
-        m.d.comb += sum_ratio.eq(Mux(divide_on, divide.result, add.result))
-        # Registered a clock before ADD_WAIT ends (the sum is there then: see ADD_WAIT).
-        accept = Signal()
-        # q > 0 (ours, not SGLang's): a token of probability 0 is never accepted.
-        m.d.sync += accept.eq(float32_less(Const(0, 32), q) & (
-            float32_less_equal(coin, sum_ratio) | float32_less_equal(req.threshold_single, q)))
+        # accept = q > 0 and (coin <= prob_acc / threshold_acc or threshold_single <= q),
+        # registered a clock before ADD_WAIT ends (the sum is there then: see ADD_WAIT). q > 0
+        # is ours, not SGLang's: a token of probability 0 is never accepted. q's tests are
+        # registered behind q (set two clocks or more before), the coin's compare is made with
+        # the divider's and the adder's result side by side (no division by 1.0).
+        q_positive, q_single, accept = Signal(), Signal(), Signal()
+        m.d.sync += [q_positive.eq(float32_less(Const(0, 32), q)),
+                     q_single.eq(float32_less_equal(req.threshold_single, q)),
+                     accept.eq(q_positive & (q_single | Mux(
+                         divide_on, float32_less_equal(coin, divide.result),
+                         float32_less_equal(coin, add.result))))]
 
-        # Row ``row``'s chunks, port p from word p * chunk (read with the loaders' start). All
-        # registers: the per-request ones settle before ROW (see chunk_log2); the row's offset
-        # and addresses follow ``row`` two clocks later, and ROW comes at least two clocks
-        # after ``row`` changes (ACCEPT -> ACCEPT_NODE -> ACCEPT_DATA -> ROW).
-        row_offset = Signal(p.address_width)
-        m.d.sync += row_offset.eq(row * req.row_pitch)
-        for port, loader in enumerate(loaders):
-            first_word = Signal(range(p.read_ports * p.bank_words + 1), name=f"first_word{port}")
-            port_base = Signal(p.address_width, name=f"port_base{port}")
-            address = Signal(p.address_width, name=f"row_address{port}")
-            words = Signal.like(loader.words, name=f"port_words{port}")
-            rest = row_words - first_word
-            m.d.sync += [
-                first_word.eq(Const(port) << chunk_log2),
-                port_base.eq(req.row_address + first_word * p.port_bytes),
-                address.eq(port_base + row_offset),
-                words.eq(Mux(row_words <= first_word, 0, Mux(rest > chunk, chunk, rest))),
-            ]
-            m.d.comb += [
-                loader.address.eq(address), loader.words.eq(words),
-                loader.first_token.eq(first_word << lane_bits),
-                loader.vocab.eq(req.vocab_size),
-            ]
+        drive_row_addresses(m, p, loaders, req=req, row=row, row_words=row_words,
+                            chunk_log2=chunk_log2, chunk=chunk, lane_bits=lane_bits)
 
         def start_multiply(a, b, exponent_eff):
             """product = a * b over MULTIPLY, then scaled = a * b * 2**(exponent_eff - 150)
@@ -379,7 +365,7 @@ class TreeVerify(KernelComponent):
 
         # The root's row is read while the tree comes in (its address is the request's
         # first row): the loaders start ROOT_START clocks after the command, when their
-        # address registers have settled (see row_offset), unless ROW comes first.
+        # address registers have settled (see drive_row_addresses), unless ROW comes first.
         settle = Signal(range(ROOT_START + 1))
         root_started = Signal()
         start_row = Signal()
@@ -390,8 +376,8 @@ class TreeVerify(KernelComponent):
                 m.d.comb += loader.start.eq(1)
             m.d.sync += rows.eq(rows + 1)
 
-        with m.FSM(name="state") as fsm:
-            with m.State("IDLE"):
+        with OneHotFSM(m, init="IDLE", name="state") as fsm:
+            with fsm.State("IDLE"):
                 with m.If(cmd.valid):
                     payload = cmd.payload
                     words = (payload.vocab_size + p.port_logits - 1) >> lane_bits
@@ -401,15 +387,12 @@ class TreeVerify(KernelComponent):
                         greedy.eq(float32_less(payload.temperature, _GREEDY)),
                         top_k_on.eq((payload.top_k > 0) & (payload.top_k < payload.vocab_size)),
                         top_p_on.eq(top_p_fields.sign | (top_p_fields.magnitude < _ONE)),
-                        threshold_acc.eq(Mux(float32_less(payload.threshold_acc,
-                                                          _MIN_THRESHOLD_ACC),
-                                             _MIN_THRESHOLD_ACC, payload.threshold_acc)),
                         final_coin.eq(payload.final_coin), cur.eq(0), nan.eq(0), rows.eq(0),
                         row.eq(0), cycles.eq(1), busy.eq(1), accepted.eq(0), error.eq(0),
                         settle.eq(0), root_started.eq(0),
                     ]
-                    m.next = "TREE"
-            with m.State("TREE"):
+                    fsm.next = "TREE"
+            with fsm.State("TREE"):
                 # Node i's LFSR coin is draw i + 1: the advance of its beat happens first.
                 # `last_node` is a clock behind `req`, as is the first beat (`w_valid`).
                 last_beat = w_valid & (cur == last_node)
@@ -426,70 +409,69 @@ class TreeVerify(KernelComponent):
                     ]
                     m.d.sync += cur.eq(cur + 1)
                     with m.If(last_beat):
-                        m.next = "FINAL_COIN"
-            with m.State("FINAL_COIN"):
+                        fsm.next = "FINAL_COIN"
+            with fsm.State("FINAL_COIN"):
                 m.d.sync += [final_coin.eq(Mux(req.lfsr, lfsr.coin, req.final_coin)), cur.eq(0)]
                 m.d.comb += temperature.request.valid.eq(~greedy)
                 with m.If(greedy | temperature.request.ready):
-                    m.next = "ROOT"
-            with m.State("ROOT"):
+                    fsm.next = "ROOT"
+            with fsm.State("ROOT"):
                 # Node 0: its index starts the packet, its coin the walk, its row the first read.
                 m.d.comb += node_read.addr.eq(0)
-                m.next = "ROOT_DATA"
-            with m.State("ROOT_DATA"):
+                fsm.next = "ROOT_DATA"
+            with fsm.State("ROOT_DATA"):
                 m.d.sync += [pending_index.eq(node.index), coin.eq(node.coin),
                              last_next.eq(node.next), prob_acc.eq(0)]
                 m.d.comb += temperature.response.ready.eq(1)
                 with m.If(greedy):
-                    m.next = "ROW"
+                    fsm.next = "ROW"
                 with m.Elif(temperature.response.valid):
                     m.d.sync += [scale.eq(temperature.response.payload.mantissa),
                                  grid.eq(-temperature.response.payload.exponent - GRID_OFFSET)]
-                    m.next = "ROW"
+                    fsm.next = "ROW"
 
             # --- a row: load, constants, passes ----------------------------------------------
-            with m.State("ROW"):
-                # (The loaders' addresses follow `row` two clocks later: see row_offset.)
+            with fsm.State("ROW"):
+                # (The loaders' addresses follow `row` two clocks later: see drive_row_addresses.)
                 with m.If(~root_started):
                     m.d.comb += start_row.eq(1)
                 m.d.sync += [wait.eq(0), root_started.eq(0)]
-                m.next = "LOADING"
-            with m.State("LOADING"):
+                fsm.next = "LOADING"
+            with fsm.State("LOADING"):
                 with m.If(Cat(loader.busy for loader in loaders) == 0):
                     m.d.sync += wait.eq(wait + 1)
                     with m.If(wait == merge_latency(p.read_ports)):
                         m.d.sync += [peak.eq(merged.peak), argmax.eq(merged.peak_index),
                                      nan.eq(nan | merged.nan)]
-                        m.next = "LOADED"
-            with m.State("LOADED"):
+                        fsm.next = "LOADED"
+            with fsm.State("LOADED"):
                 with m.If(greedy):
-                    m.next = "STEP"
+                    fsm.next = "STEP"
                 with m.Else():
                     m.d.sync += [wait.eq(Float32Add.latency), constants_phase.eq(1)]
-                    m.next = "CONSTANTS"
-            with m.State("CONSTANTS"):
-                # threshold = fl32(peak - 2**(L + 35)) (an infinite margin above 2**127);
-                # peak_aligned settles meanwhile (below).
+                    fsm.next = "CONSTANTS"
+            with fsm.State("CONSTANTS"):
+                # threshold = fl32(peak - 2**(L + 35)) (infinite above 2**127); peak_aligned settles
                 m.d.sync += wait.eq(wait - 1)
                 with m.If(wait == 0):
                     m.d.sync += [threshold.eq(add.result), key_filter.eq(0),
                                  constants_phase.eq(0)]
-                    m.next = "PASS_ALL"
-            with m.State("PASS_ALL"):
+                    fsm.next = "PASS_ALL"
+            with fsm.State("PASS_ALL"):
                 m.d.comb += [row_pass.clear_removed.eq(1), row_pass.start.eq(1)]
-                m.next = "PASS_ALL_WAIT"
-            with m.State("PASS_ALL_WAIT"):
+                fsm.next = "PASS_ALL_WAIT"
+            with fsm.State("PASS_ALL_WAIT"):
                 m.d.comb += row_pass.clear_removed.eq(1)
                 with m.If(row_pass.done):
                     m.d.sync += [bit.eq(KEY_BITS), search_bit.eq(1 << (KEY_BITS - 1)), search.eq(0),
                                  topk_filter.eq(0), searching_p.eq(0)]
                     with m.If(top_k_on):
-                        m.next = "SEARCH"
+                        fsm.next = "SEARCH"
                     with m.Elif(top_p_on):
-                        m.next = "TOP_P"
+                        fsm.next = "TOP_P"
                     with m.Else():
-                        m.next = "KEPT"
-            with m.State("SEARCH"):
+                        fsm.next = "KEPT"
+            with fsm.State("SEARCH"):
                 # One pass per key bit, from the top: keep the bit when the pass with it set
                 # still counts k tokens (top-k) or the needed mass (top-p).
                 candidate = search | search_bit
@@ -499,112 +481,111 @@ class TreeVerify(KernelComponent):
                     with m.If(searching_p):
                         m.d.sync += key_filter.eq(Mux(search < topk_filter, topk_filter,
                                                       search))
-                        m.next = "FINAL_PASS"
+                        fsm.next = "FINAL_PASS"
                     with m.Else():
                         m.d.sync += [topk_filter.eq(search), key_filter.eq(search)]
-                        m.next = "TOPK_PASS"
+                        fsm.next = "TOPK_PASS"
                 with m.Else():
-                    m.next = "SEARCH_PASS"
-            with m.State("SEARCH_PASS"):
+                    fsm.next = "SEARCH_PASS"
+            with fsm.State("SEARCH_PASS"):
                 m.d.comb += row_pass.start.eq(1)
-                m.next = "SEARCH_WAIT"
-            with m.State("SEARCH_WAIT"):
+                fsm.next = "SEARCH_WAIT"
+            with fsm.State("SEARCH_WAIT"):
                 with m.If(row_pass.done):
                     good = Mux(searching_p, row_pass.total >= needed,
                                row_pass.count >= req.top_k.as_unsigned())
                     with m.If(good):
                         m.d.sync += search.eq(search | search_bit)
                     m.d.sync += [bit.eq(bit - 1), search_bit.eq(search_bit >> 1)]
-                    m.next = "SEARCH"
-            with m.State("TOPK_PASS"):
+                    fsm.next = "SEARCH"
+            with fsm.State("TOPK_PASS"):
                 m.d.comb += row_pass.start.eq(1)
-                m.next = "TOPK_WAIT"
-            with m.State("TOPK_WAIT"):
+                fsm.next = "TOPK_WAIT"
+            with fsm.State("TOPK_WAIT"):
                 with m.If(row_pass.done):
                     with m.If(top_p_on):
-                        m.next = "TOP_P"
+                        fsm.next = "TOP_P"
                     with m.Else():
-                        m.next = "KEPT"
-            with m.State("TOP_P"):
+                        fsm.next = "KEPT"
+            with fsm.State("TOP_P"):
                 # needed = max(ceil(top_p * kept total), 1): the product, the shift (SCALE),
                 # then floor + 1 unless exact and nonzero (TOP_P_ROUND, TOP_P_CEIL).
                 top_p = float32_fields(req.top_p)
                 m.d.sync += [*start_multiply(Mux(top_p.sign, 0, top_p.mantissa), row_pass.total,
                                              top_p.exponent_eff), mul_draw.eq(0)]
-                m.next = "MULTIPLY"
-            with m.State("TOP_P_ROUND"):
+                fsm.next = "MULTIPLY"
+            with fsm.State("TOP_P_ROUND"):
                 m.d.sync += round_up.eq((below != 0) | (scaled == 0))
-                m.next = "TOP_P_CEIL"
-            with m.State("TOP_P_CEIL"):
+                fsm.next = "TOP_P_CEIL"
+            with fsm.State("TOP_P_CEIL"):
                 m.d.sync += [needed.eq(scaled[:SUM_BITS] + round_up), bit.eq(KEY_BITS),
                              search_bit.eq(1 << (KEY_BITS - 1)), search.eq(0),
                              searching_p.eq(1)]
-                m.next = "SEARCH"
+                fsm.next = "SEARCH"
 
             # --- product = mul_a * mul_b, top piece first (see MUL_PIECE) ------------------
-            with m.State("MULTIPLY"):
+            with fsm.State("MULTIPLY"):
                 m.d.sync += [partial.eq(mul_a * mul_b[-MUL_PIECE:]), mul_b.eq(mul_b << MUL_PIECE),
                              product.eq((product << MUL_PIECE) + partial),
                              mul_count.eq(mul_count - 1)]
                 with m.If(mul_count == 0):
-                    m.next = "SCALE"
-            with m.State("SCALE"):
+                    fsm.next = "SCALE"
+            with fsm.State("SCALE"):
                 m.d.sync += [scaled.eq(product >> shift),
                              below.eq(product & Cat(shift > i for i in range(len(product))))]
                 with m.If(mul_draw):
-                    m.next = "DRAW"
+                    fsm.next = "DRAW"
                 with m.Else():
-                    m.next = "TOP_P_ROUND"
-            with m.State("FINAL_PASS"):
+                    fsm.next = "TOP_P_ROUND"
+            with fsm.State("FINAL_PASS"):
                 m.d.comb += row_pass.start.eq(1)
-                m.next = "FINAL_WAIT"
-            with m.State("FINAL_WAIT"):
+                fsm.next = "FINAL_WAIT"
+            with fsm.State("FINAL_WAIT"):
                 with m.If(row_pass.done):
-                    m.next = "KEPT"
-            with m.State("KEPT"):
+                    fsm.next = "KEPT"
+            with fsm.State("KEPT"):
                 m.d.sync += [kept_total.eq(row_pass.total), residual.eq(row_pass.total),
                              bank_residual.eq(row_pass.bank_sums)]
-                m.next = "STEP"
+                fsm.next = "STEP"
 
             # --- the walk: one step's siblings ---------------------------------------------
-            with m.State("STEP"):
+            with fsm.State("STEP"):
                 # cur = next_token[last]; none (or all S - 1 steps taken): the final draw.
-                with m.If((accepted == req.steps - 1) | (last_next < 0)
-                          | (last_next >= req.nodes)):
-                    m.next = "FINAL"
+                with m.If(walk_ends):
+                    fsm.next = "FINAL"
                 with m.Else():
                     m.d.sync += [cur.eq(last_next), tries.eq(0)]
-                    m.next = "NODE"
-            with m.State("NODE"):
+                    fsm.next = "NODE"
+            with fsm.State("NODE"):
                 m.d.comb += node_read.addr.eq(cur)
                 m.d.sync += tries.eq(tries + 1)
                 with m.If(tries == req.nodes):
                     m.d.sync += error.eq(1)
-                    m.next = "FINAL"
+                    fsm.next = "FINAL"
                 with m.Else():
-                    m.next = "NODE_DATA"
-            with m.State("NODE_DATA"):
+                    fsm.next = "NODE_DATA"
+            with fsm.State("NODE_DATA"):
                 m.d.sync += [*set_token(node.candidate), candidate_index.eq(node.index),
                              sibling.eq(node.sibling), is_argmax.eq(node.candidate == argmax)]
                 with m.If(greedy):
-                    m.next = "GREEDY"
+                    fsm.next = "GREEDY"
                 with m.Else():
-                    m.next = "TOKEN"
-            with m.State("GREEDY"):
+                    fsm.next = "TOKEN"
+            with fsm.State("GREEDY"):
                 m.d.sync += q.eq(0)
                 with m.If(is_argmax):
-                    m.next = "ACCEPT"
+                    fsm.next = "ACCEPT"
                 with m.Else():
-                    m.next = "REJECT"
-            with m.State("TOKEN"):
+                    fsm.next = "REJECT"
+            with fsm.State("TOKEN"):
                 m.d.comb += reading_token.eq(1)
-                m.next = "TOKEN_DATA"
-            with m.State("TOKEN_DATA"):
+                fsm.next = "TOKEN_DATA"
+            with fsm.State("TOKEN_DATA"):
                 # The bank word arrives: the token's logit into the lane.
                 m.d.comb += [reading_token.eq(1), token_valid.eq(1)]
                 m.d.sync += wait.eq(TOKEN_LANE_LATENCY - 1)
-                m.next = "LANE"
-            with m.State("LANE"):
+                fsm.next = "LANE"
+            with fsm.State("LANE"):
                 m.d.comb += reading_token.eq(1)
                 m.d.sync += wait.eq(wait - 1)
                 with m.If(wait == 0):
@@ -612,36 +593,36 @@ class TreeVerify(KernelComponent):
                     m.d.sync += [kept.eq(is_kept), term.eq(token_lane.term), q.eq(0),
                                  mantissa.eq(token_lane.mantissa),
                                  exponent_shift.eq(token_lane.shift)]
-                    m.next = "LANE_DONE"
-            with m.State("LANE_DONE"):
+                    fsm.next = "LANE_DONE"
+            with fsm.State("LANE_DONE"):
                 with m.If(kept):
-                    m.next = "RATIO_REQUEST"
+                    fsm.next = "RATIO_REQUEST"
                 with m.Else():
-                    m.next = "ADD"
-            with m.State("RATIO_REQUEST"):
+                    fsm.next = "ADD"
+            with fsm.State("RATIO_REQUEST"):
                 m.d.comb += ratio.request.valid.eq(1)
                 with m.If(ratio.request.ready):
-                    m.next = "RATIO"
-            with m.State("RATIO"):
+                    fsm.next = "RATIO"
+            with fsm.State("RATIO"):
                 m.d.comb += ratio.response.ready.eq(1)
                 with m.If(ratio.response.valid):
                     m.d.sync += q.eq(ratio.response.payload)
-                    m.next = "ADD"
-            with m.State("ADD"):
+                    fsm.next = "ADD"
+            with fsm.State("ADD"):
                 # The adder's (and divider's) inputs hold from here: its result is there the
                 # clock wait reaches 1, where ``accept`` is registered; read at 0.
                 m.d.sync += wait.eq(Mux(divide_on, Float32Add.latency + divide.latency,
                                         Float32Add.latency))
-                m.next = "ADD_WAIT"
-            with m.State("ADD_WAIT"):
+                fsm.next = "ADD_WAIT"
+            with fsm.State("ADD_WAIT"):
                 m.d.sync += wait.eq(wait - 1)
                 with m.If(wait == 0):
                     m.d.sync += prob_acc.eq(add.result)
                     with m.If(accept):
-                        m.next = "ACCEPT"
+                        fsm.next = "ACCEPT"
                     with m.Else():
-                        m.next = "REJECT"
-            with m.State("REJECT"):
+                        fsm.next = "REJECT"
+            with fsm.State("REJECT"):
                 # The token leaves the residual once (a repeated token is one token).
                 m.d.comb += reading_token.eq(1)
                 with m.If(~greedy & kept & ~removed_before):
@@ -652,55 +633,55 @@ class TreeVerify(KernelComponent):
                     m.d.sync += [residual.eq(residual - term),
                                  bank_residual[token_bank].eq(bank_residual[token_bank] - term)]
                 m.d.sync += cur.eq(sibling)
-                with m.If((sibling < 0) | (sibling >= req.nodes)):
-                    m.next = "FINAL"
+                with m.If(sibling_ends):
+                    fsm.next = "FINAL"
                 with m.Else():
-                    m.next = "NODE"
-            with m.State("ACCEPT"):
+                    fsm.next = "NODE"
+            with fsm.State("ACCEPT"):
                 m.d.comb += [result.valid.eq(1), result.payload.index.eq(pending_index),
                              result.payload.token.eq(token),
                              result.payload.first.eq(accepted == 0)]
                 with m.If(result.ready):
                     m.d.sync += [pending_index.eq(candidate_index), accepted.eq(accepted + 1),
                                  prob_acc.eq(0), row.eq(cur)]
-                    m.next = "ACCEPT_NODE"
-            with m.State("ACCEPT_NODE"):
+                    fsm.next = "ACCEPT_NODE"
+            with fsm.State("ACCEPT_NODE"):
                 m.d.comb += node_read.addr.eq(cur)
-                m.next = "ACCEPT_DATA"
-            with m.State("ACCEPT_DATA"):
+                fsm.next = "ACCEPT_DATA"
+            with fsm.State("ACCEPT_DATA"):
                 m.d.sync += [coin.eq(node.coin), last_next.eq(node.next)]
-                m.next = "ROW"
+                fsm.next = "ROW"
 
             # --- the bonus token -------------------------------------------------------------
-            with m.State("FINAL"):
+            with fsm.State("FINAL"):
                 m.d.sync += [bonus.eq(argmax), limit.eq(residual - 1)]
                 with m.If(greedy | error):
-                    m.next = "EMIT"
+                    fsm.next = "EMIT"
                 with m.Else():
                     m.d.sync += [*start_multiply(coin_fields.mantissa, residual,
                                                  coin_fields.exponent_eff), mul_draw.eq(1)]
-                    m.next = "MULTIPLY"
-            with m.State("DRAW"):
+                    fsm.next = "MULTIPLY"
+            with fsm.State("DRAW"):
                 # u = coin * residual on the integer grid (scaled); past the end: the last positive
                 # term (the first prefix reaching the residual); a negative coin: token 0. The
                 # scan keeps u - prefix (remaining): t passes u when prefix + t > u (t > remaining).
                 m.d.sync += [remaining.eq(Mux(scaled > limit, limit, scaled)), pick_bank.eq(0)]
                 with m.If(no_residual):
                     m.d.sync += bonus.eq(req.vocab_size - 1)
-                    m.next = "EMIT"
-                with m.Elif(coin_fields.sign & ~coin_fields.is_zero):
+                    fsm.next = "EMIT"
+                with m.Elif(coin_negative):
                     m.d.sync += bonus.eq(0)
-                    m.next = "EMIT"
+                    fsm.next = "EMIT"
                 with m.Else():
-                    m.next = "DRAW_BANK"
-            with m.State("DRAW_BANK"):
+                    fsm.next = "DRAW_BANK"
+            with fsm.State("DRAW_BANK"):
                 share = bank_residual[pick_bank]
                 with m.If(share > remaining):
                     m.d.sync += [draw_block.eq(0), scan_valid.eq(0), block_share_valid.eq(0)]
-                    m.next = "DRAW_BLOCKS"
+                    fsm.next = "DRAW_BLOCKS"
                 with m.Else():
                     m.d.sync += [remaining.eq(remaining - share), pick_bank.eq(pick_bank + 1)]
-            with m.State("DRAW_BLOCKS"):
+            with fsm.State("DRAW_BLOCKS"):
                 # The bank's block sums, one address a clock; the data a clock later.
                 m.d.comb += drawing_blocks.eq(1)
                 # (each sum registered before its compare: 8 LUT levels and a carry before)
@@ -711,10 +692,10 @@ class TreeVerify(KernelComponent):
                 with m.If(block_share_valid):
                     with m.If(block_share > remaining):
                         m.d.sync += draw_block.eq(block_share_at)
-                        m.next = "DRAW_PASS"
+                        fsm.next = "DRAW_PASS"
                     with m.Else():
                         m.d.sync += remaining.eq(remaining - block_share)
-            with m.State("DRAW_PASS"):
+            with fsm.State("DRAW_PASS"):
                 # The block's words through the lanes, removed tokens left out.
                 first_word = draw_block << block_bits
                 m.d.comb += [row_pass.start.eq(1), row_pass.apply_removed.eq(1),
@@ -722,8 +703,8 @@ class TreeVerify(KernelComponent):
                              row_pass.words.eq(Mux(chunk < p.block_words, chunk,
                                                    p.block_words))]
                 m.d.sync += [found.eq(0), draw_word.eq(first_word)]
-                m.next = "DRAW_WORDS"
-            with m.State("DRAW_WORDS"):
+                fsm.next = "DRAW_WORDS"
+            with fsm.State("DRAW_WORDS"):
                 m.d.comb += [row_pass.apply_removed.eq(1),
                              row_pass.first_word.eq(draw_block << block_bits),
                              row_pass.words.eq(Mux(chunk < p.block_words, chunk,
@@ -740,11 +721,11 @@ class TreeVerify(KernelComponent):
                     m.d.sync += [lane_in.eq(0), lane_out.eq(0), found.eq(0), token.eq(first),
                                  token_bank.eq(pick_bank), token_bank_word.eq(pick_word),
                                  draw_base.eq(first)]
-                    m.next = "DRAW_READ"
-            with m.State("DRAW_READ"):
+                    fsm.next = "DRAW_READ"
+            with fsm.State("DRAW_READ"):
                 m.d.comb += reading_token.eq(1)
-                m.next = "DRAW_LANES"
-            with m.State("DRAW_LANES"):
+                fsm.next = "DRAW_LANES"
+            with fsm.State("DRAW_LANES"):
                 # The word's tokens one per clock through the token lane, in token order.
                 m.d.comb += reading_token.eq(1)
                 issue = lane_in != p.port_logits
@@ -767,15 +748,15 @@ class TreeVerify(KernelComponent):
                     m.d.sync += remaining.eq(Mux(counts, remaining - token_lane.term,
                                                  remaining))
                 with m.If(lane_out == p.port_logits):
-                    m.next = "EMIT"
-            with m.State("EMIT"):
+                    fsm.next = "EMIT"
+            with fsm.State("EMIT"):
                 m.d.comb += [result.valid.eq(1), result.payload.index.eq(pending_index),
                              result.payload.token.eq(bonus), result.payload.last.eq(1),
                              result.payload.first.eq(accepted == 0),
                              result.payload.nan.eq(nan), result.payload.error.eq(error)]
                 with m.If(result.ready):
                     m.d.sync += busy.eq(0)
-                    m.next = "IDLE"
+                    fsm.next = "IDLE"
         with m.If((settle == ROOT_START - 1) & ~root_started
                   & (fsm.ongoing("TREE") | fsm.ongoing("FINAL_COIN") | fsm.ongoing("ROOT")
                      | fsm.ongoing("ROOT_DATA"))):

@@ -23,9 +23,10 @@ from amaranth.lib.wiring import In, Out
 from hw.lib.axi import Burst, read_port_signature
 from hw.lib.float32 import float32_fields
 from hw.lib.params import check_choice, check_int, check_power_of_two
-from hw.lib.pipeline import data_stage, stage
+from hw.lib.pipeline import count_leading_zeros, data_stage, stage
 
-__all__ = ["RowLoader", "Peak", "merge_peaks", "merge_latency"]
+__all__ = ["RowLoader", "Peak", "merge_peaks", "merge_latency", "row_split",
+           "drive_row_addresses"]
 
 NEG_INF = 0xFF80_0000
 _KEY_NEG_INF = 0x0080_0000  # order key of -inf, the least key of any logit
@@ -408,3 +409,54 @@ def merge_peaks(m, chunks, *, name="merge"):
         has_valid=data_stage(m, _ALWAYS, best.key != 0, name=f"{name}_has_valid"),
         nan=data_stage(m, _ALWAYS, nan, name=f"{name}_nan"),
     )
+
+
+def row_split(m: Module, p, row_words: Value) -> tuple[Signal, Signal, Signal]:
+    """How a row of ``row_words`` port words splits over ``p.read_ports`` loaders: each reads
+    ``chunk = 2**chunk_log2`` words from word ``port * chunk``, ``chunk_log2 =
+    ceil(log2(ceil(row_words / ports)))`` (0 for a row beyond the banks). Free-running
+    registers two and three clocks behind ``row_words`` (a request constant: ROW, their first
+    use, comes at least 7 clocks after it is set). Returns ``(chunk_log2, chunk, chunk_mask)``
+    (``chunk_mask = chunk - 1``)."""
+    top = p.bank_words.bit_length() - 1  # chunk_log2 at most log2(bank_words)
+    per_port_m1 = Signal(range(p.max_row_words + 1))  # ceil(row_words / ports) - 1
+    m.d.sync += per_port_m1.eq((row_words - 1) >> (p.read_ports.bit_length() - 1))
+    # chunk_log2 = bit_length(per_port_m1): a leading-zero count, no priority chain over
+    # the candidates (8 LUT levels).
+    chunk_log2 = Signal(range(top + 2))
+    bits = len(per_port_m1)
+    m.d.sync += chunk_log2.eq(Mux((per_port_m1 >> top) != 0, 0,
+                                  bits - count_leading_zeros(per_port_m1)))
+    chunk = Signal(range(p.bank_words + 1))
+    chunk_mask = Signal(range(max(p.bank_words, 2)))
+    m.d.sync += [chunk.eq(Const(1, chunk.shape()) << chunk_log2),
+                 chunk_mask.eq((Const(1, chunk.shape()) << chunk_log2) - 1)]
+    return chunk_log2, chunk, chunk_mask
+
+
+def drive_row_addresses(m: Module, p, loaders, *, req, row, row_words, chunk_log2, chunk,
+                        lane_bits: int):
+    """Each loader's address, words and first token for row ``row`` (``req.row_address +
+    row * req.row_pitch``, port ``k`` from word ``k * chunk``). All registers: the request's
+    settle before ROW (``row_split``); the row's offset and addresses follow ``row`` two
+    clocks later, and ROW comes at least two clocks after ``row`` changes (ACCEPT ->
+    ACCEPT_NODE -> ACCEPT_DATA -> ROW)."""
+    row_offset = Signal(p.address_width)
+    m.d.sync += row_offset.eq(row * req.row_pitch)
+    for port, loader in enumerate(loaders):
+        first_word = Signal(range(p.read_ports * p.bank_words + 1), name=f"first_word{port}")
+        port_base = Signal(p.address_width, name=f"port_base{port}")
+        address = Signal(p.address_width, name=f"row_address{port}")
+        words = Signal.like(loader.words, name=f"port_words{port}")
+        rest = row_words - first_word
+        m.d.sync += [
+            first_word.eq(Const(port) << chunk_log2),
+            port_base.eq(req.row_address + first_word * p.port_bytes),
+            address.eq(port_base + row_offset),
+            words.eq(Mux(row_words <= first_word, 0, Mux(rest > chunk, chunk, rest))),
+        ]
+        m.d.comb += [
+            loader.address.eq(address), loader.words.eq(words),
+            loader.first_token.eq(first_word << lane_bits),
+            loader.vocab.eq(req.vocab_size),
+        ]

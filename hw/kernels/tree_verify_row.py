@@ -162,18 +162,21 @@ class RowPass(wiring.Component):
         index = Signal(range(max(p.bank_words, 2)))
         last_index = Signal.like(index)
         draining = Signal(range(self.TERMS_DELAY + self.total_levels + 3))
+        # `draining != 0`, registered: `busy` gates the block sums' write (7 LUT levels with
+        # the compare in front of it)
+        drain_live = Signal()
         m.d.comb += [self.bank_address.eq(index), pass_read.addr.eq(index)]
         with m.If(self.start & ~self.busy):
             m.d.sync += [index.eq(self.first_word), issuing.eq(self.words != 0),
                          last_index.eq(self.first_word + self.words - 1),
-                         draining.eq(self.TERMS_DELAY + self.total_levels + 2)]
+                         draining.eq(self.TERMS_DELAY + self.total_levels + 2), drain_live.eq(1)]
         with m.Elif(issuing):
             m.d.sync += index.eq(index + 1)
             with m.If(index == last_index):
                 m.d.sync += issuing.eq(0)
-        with m.Elif(draining != 0):
-            m.d.sync += draining.eq(draining - 1)
-        m.d.comb += [self.busy.eq(issuing | (draining != 0)),
+        with m.Elif(drain_live):
+            m.d.sync += [draining.eq(draining - 1), drain_live.eq(draining != 1)]
+        m.d.comb += [self.busy.eq(issuing | drain_live),
                      self.done.eq(~issuing & (draining == 1))]
         with m.If(issuing & self.clear_removed):
             m.d.comb += [write.addr.eq(index), write.data.eq(0), write.en.eq(1)]
@@ -187,10 +190,15 @@ class RowPass(wiring.Component):
         m.d.sync += [word_live.eq(issuing), word_index.eq(index)]
         lanes = []
         for bank in range(p.read_ports):
+            # The word's place in the row, compared in the clock its address is issued (the
+            # compare's carry chain was in front of the lanes' valid).
+            bank_first = Signal(range(p.max_row_words + p.bank_words + 1),
+                                name=f"bank_first{bank}")  # bank * chunk, a request constant
             row_word = Signal(range(p.max_row_words + p.bank_words + 1), name=f"row_word{bank}")
-            m.d.comb += row_word.eq(bank * self.chunk + word_index)
-            full = row_word < self.full_words
-            tail = row_word == self.full_words
+            full, tail = Signal(name=f"full{bank}"), Signal(name=f"tail{bank}")
+            m.d.comb += row_word.eq(bank_first + index)
+            m.d.sync += [bank_first.eq(bank * self.chunk), full.eq(row_word < self.full_words),
+                         tail.eq(row_word == self.full_words)]
             for lane in range(p.port_logits):
                 unit = LogitLane()
                 m.submodules[f"lane{bank}_{lane}"] = unit

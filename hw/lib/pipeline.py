@@ -51,19 +51,32 @@ def count_leading_zeros(value: Value) -> Value:
     and a tree of 4-way priority multiplexers keeps the highest group holding a one (the lowest
     group's table gives the width for zero). A recursive split with an add of the upper
     half's width at every level put a carry chain behind each multiplexer (9 LUT levels and
-    4 carry bits for the LFSR coin's 24 bits).
+    4 carry bits for the LFSR coin's 24 bits). The two halves are
+    :func:`leading_zero_groups` and :func:`leading_zeros_from_groups`, for a register between.
     """
+    return leading_zeros_from_groups(leading_zero_groups(value))
+
+
+def leading_zero_groups(value: Value) -> list[tuple[Value, Value]]:
+    """First half of :func:`count_leading_zeros`: per group of 6 bits from the top, whether it
+    holds a one and the count if the first one is in it (a table lookup a result bit)."""
     value = Value.cast(value)
     width = len(value)
     shape = width.bit_length()
-    groups = []  # (holds a one, the count if the first one is in it), from the top
+    groups = []
     for top in range(width, 0, -_CLZ_GROUP):
         bottom = max(top - _CLZ_GROUP, 0)
         chunk = value[bottom:top]
         table = Array(Const(width - bottom - v.bit_length(), shape)
                       for v in range(1 << len(chunk)))
         groups.append((chunk.any(), table[chunk]))
-    while len(groups) > 1:  # four at a time: a 4-way priority pick is two LUT levels
+    return groups
+
+
+def leading_zeros_from_groups(groups: list[tuple[Value, Value]]) -> Value:
+    """Second half of :func:`count_leading_zeros`: the count of the highest group holding a
+    one (the lowest group's for zero), 4-way priority multiplexers (two LUT levels each)."""
+    while len(groups) > 1:
         merged = []
         for x in range(0, len(groups), 4):
             quad = groups[x:x + 4]

@@ -6,15 +6,15 @@ division in flight, ``bits_per_clock`` trial subtractions per clock, a fixed lat
 ``request`` is taken only while idle and the ``response`` held until it is taken.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from golden.logit_rows import LOG2E_Q64, SCALE_BITS
 
-from .float32_divide import ALIGN_MAX_SHIFT, quotient_alignment
+from .float32_divide import quotient_alignment
 from .params import check_int
-from .pipeline import count_leading_zeros, shift_right_sticky
+from .pipeline import leading_zero_groups, leading_zeros_from_groups
 
 __all__ = ["RestoringDivider", "RatioToFloat32", "TemperatureScale", "RATIO_QUOTIENT_BITS",
            "SCALE_QUOTIENT_BITS"]
@@ -42,6 +42,26 @@ def _restoring_steps(m, remainder, quotient, tail, divisor, count, *, name):
         tail = Cat(Const(0, 1), tail)[:len(tail)]
         quotient = Cat(bit, quotient)[:len(quotient)]
     return remainder, quotient, tail
+
+
+def _below(amount: Value, width: int) -> Value:
+    """``width`` bits, bit ``i`` set where ``i < amount``: the bits a right shift by
+    ``amount`` drops (all for an amount of ``width`` or more)."""
+    return Cat(*(amount > i for i in range(width)))
+
+
+def _group_registers(width: int, name: str) -> list[tuple[Signal, Signal]]:
+    """Registers for ``leading_zero_groups`` of a ``width``-bit value (datapath: no reset)."""
+    return [(Signal(name=f"{name}_holds{k}", reset_less=True),
+             Signal(len(count), name=f"{name}_count{k}", reset_less=True))
+            for k, (_, count) in enumerate(leading_zero_groups(Const(0, width)))]
+
+
+def _store_groups(registers, value) -> list:
+    """Statements loading ``registers`` (``_group_registers``) with ``value``'s groups."""
+    return [statement for (holds, count), (value_holds, value_count)
+            in zip(registers, leading_zero_groups(value), strict=True)
+            for statement in (holds.eq(value_holds), count.eq(value_count))]
 
 
 def _hold(m, response):
@@ -195,6 +215,10 @@ class RatioToFloat32(wiring.Component):
         scale = Signal(signed(self._scale_bits), reset_less=True)
         numerator_zeros = Signal(range(nb + 1), reset_less=True)
         denominator_zeros = Signal(range(db + 1), reset_less=True)
+        # The leading-zero counts in two halves: the group tables registered with the operands,
+        # the priority selection in COUNT (the whole count in COUNT was 8-9 LUT levels).
+        numerator_groups = _group_registers(nb, "numerator")
+        denominator_groups = _group_registers(db, "denominator")
         smax = 1 << (self._scale_bits - 1)  # biased exponents, every operand and scale:
         shape = Shape.cast(range(126 - db - smax, nb + 127 + smax))
         base = Signal(shape, reset_less=True)  # before the leading zeros
@@ -204,9 +228,12 @@ class RatioToFloat32(wiring.Component):
         aligns = [{"right": Signal(6, name=f"right{t}", reset_less=True),
                    "field": Signal(8, name=f"field{t}", reset_less=True),
                    "overflow": Signal(name=f"overflow{t}", reset_less=True)} for t in (0, 1)]
-        top_bit = Signal(reset_less=True)
+        # ... and the one of them the quotient's order bit picks (a clock ahead of ALIGN's shift)
+        align = {name: Signal.like(signal, name=f"{name}_picked", reset_less=True)
+                 for name, signal in aligns[0].items()}
         # 24 significand bits and guard
         fraction, aligned = Signal(25, reset_less=True), Signal(25, reset_less=True)
+        lost_mask = Signal(25, reset_less=True)  # the bits of `fraction` ALIGN shifts out
         sticky, aligned_sticky, zero, infinite, overflow = (
             Signal(name=name, reset_less=True)
             for name in ("sticky", "aligned_sticky", "zero", "infinite", "overflow"))
@@ -219,11 +246,13 @@ class RatioToFloat32(wiring.Component):
                 with m.If(self.request.valid):
                     payload = self.request.payload
                     m.d.sync += [numerator.eq(payload.numerator),
-                                 denominator.eq(payload.denominator), scale.eq(payload.scale)]
+                                 denominator.eq(payload.denominator), scale.eq(payload.scale),
+                                 *_store_groups(numerator_groups, payload.numerator),
+                                 *_store_groups(denominator_groups, payload.denominator)]
                     m.next = "COUNT"
             with m.State("COUNT"):
-                m.d.sync += [numerator_zeros.eq(count_leading_zeros(numerator)),
-                             denominator_zeros.eq(count_leading_zeros(denominator)),
+                m.d.sync += [numerator_zeros.eq(leading_zeros_from_groups(numerator_groups)),
+                             denominator_zeros.eq(leading_zeros_from_groups(denominator_groups)),
                              base.eq(nb - db + 127 + scale)]
                 m.next = "NORMALISE"
             with m.State("NORMALISE"):
@@ -238,19 +267,21 @@ class RatioToFloat32(wiring.Component):
                 for t, align in enumerate(aligns):
                     ahead = quotient_alignment((exponent - 1 + t).as_signed())
                     m.d.sync += [align[name].eq(ahead[name]) for name in align]
-                with m.If(divider.done):
+                with m.If(divider.done):  # (``aligns`` are set: DIVIDE's second clock or later)
                     quotient = divider.quotient
                     top = quotient[-1]
                     m.d.sync += [fraction.eq(Mux(top, quotient[1:], quotient[:-1])),
                                  sticky.eq(divider.inexact | (top & quotient[0])),
-                                 top_bit.eq(top)]
+                                 *(align[name].eq(Mux(top, aligns[1][name], aligns[0][name]))
+                                   for name in align),
+                                 lost_mask.eq(Mux(top, *(_below(t["right"], len(fraction))
+                                                         for t in reversed(aligns))))]
                     m.next = "ALIGN"
             with m.State("ALIGN"):
-                align = {name: Mux(top_bit, aligns[1][name], aligns[0][name])
-                         for name in aligns[0]}
-                shifted, lost = shift_right_sticky(fraction, align["right"],
-                                                   max_shift=ALIGN_MAX_SHIFT)
-                m.d.sync += [aligned.eq(shifted), aligned_sticky.eq(sticky | lost),
+                # The shift and, beside it, the bits it drops: the mask is a register (a
+                # shift with its sticky bit was 7 to 9 LUT levels).
+                m.d.sync += [aligned.eq(fraction >> align["right"]),
+                             aligned_sticky.eq(sticky | (fraction & lost_mask).any()),
                              field.eq(align["field"]),
                              overflow.eq(align["overflow"] | infinite)]
                 m.next = "ROUND"
