@@ -264,9 +264,9 @@ class RatioToFloat32(wiring.Component):
                              zero.eq(numerator_zeros == nb), infinite.eq(denominator_zeros == db)]
                 m.next = "DIVIDE"
             with m.State("DIVIDE"):
-                for t, align in enumerate(aligns):
+                for t, candidate in enumerate(aligns):
                     ahead = quotient_alignment((exponent - 1 + t).as_signed())
-                    m.d.sync += [align[name].eq(ahead[name]) for name in align]
+                    m.d.sync += [candidate[name].eq(ahead[name]) for name in candidate]
                 with m.If(divider.done):  # (``aligns`` are set: DIVIDE's second clock or later)
                     quotient = divider.quotient
                     top = quotient[-1]
