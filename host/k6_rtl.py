@@ -57,7 +57,7 @@ def _power_of_two(value: int, least: int) -> int:
 
 def _largest(name: str) -> int:
     """K6's largest allowed ``name`` (its parameter record's upper bound)."""
-    from hw.kernels.reject_sample import RejectSampleParams
+    from hw.kernels.reject_sample_params import RejectSampleParams
 
     field = next(f for f in dataclasses.fields(RejectSampleParams) if f.name == name)
     return field.metadata["check"]["hi"]
@@ -98,7 +98,7 @@ class K6Model:
     """
 
     def __init__(self, parameters: dict, *, log=None):
-        from hw.kernels.reject_sample import RejectSampleParams
+        from hw.kernels.reject_sample_params import RejectSampleParams
         from sim.verilated import Model
 
         self.params = RejectSampleParams(**parameters)

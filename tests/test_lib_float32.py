@@ -115,15 +115,17 @@ def test_comparison_helpers_follow_ieee():
     simulate(m, testbench, clocked=False)
 
 
-def test_less_equal_matches_numpy_on_corner_pairs():
-    """``float32_less_equal`` (one magnitude compare: the kernels' ``>=`` and ``<=``) is
-    numpy's ``a <= b`` on every pair of the corner values (zeros of both signs, subnormals,
-    extremes, infinities, NaNs)."""
+@pytest.mark.parametrize("helper, operator", [("float32_less_equal", np.less_equal),
+                                              ("float32_less", np.less)])
+def test_comparisons_match_numpy_on_corner_pairs(helper, operator):
+    """``float32_less_equal`` and ``float32_less`` (one magnitude compare each: the kernels'
+    ``>=``, ``<=``, ``<``) are numpy's on every pair of the corner values (zeros of both signs,
+    subnormals, extremes, infinities, NaNs)."""
     a_values, b_values = directed_operands()
     a, b, at_most = Signal(32), Signal(32), Signal()
     m = Module()
-    m.d.comb += at_most.eq(float32.float32_less_equal(a, b))
-    expected = a_values.view(np.float32) <= b_values.view(np.float32)
+    m.d.comb += at_most.eq(getattr(float32, helper)(a, b))
+    expected = operator(a_values.view(np.float32), b_values.view(np.float32))
     got = []
 
     async def testbench(ctx):

@@ -6,7 +6,7 @@ is one ``cmd`` beat and ``n`` ``tree`` beats (positions ``0..n-1``); the kernel 
 ``target_probs`` through the variable-latency, in-order ``read_address``/``read_data`` port and
 answers with one ``result`` packet (``accept_index``/``predicts`` pairs) and, in sampling mode,
 the ``draft_probs`` writes on ``draft_write``. Requests are processed one after the other: load
-(overlapping the walk), the §8 walk (``State.ROOT``/``WALK``), the final row (``State.ROW`` ..
+(overlapping the walk), the §8 walk (states ``ROOT``/``WALK``), the final row (``ROW`` ..
 ``PASS2``: the residual streamed once through ``hw.kernels.reject_scan.ExactSumScanner``, plus
 one rescanned segment) and the last result beat (``EMIT``).
 
@@ -17,11 +17,11 @@ without reading ``draft_probs``, the exact final-row sum) and the cycle figures 
 docs/reject_sample.md.
 """
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
-from amaranth.lib import data, enum, stream, wiring
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, unsigned
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import Out
@@ -35,15 +35,17 @@ from hw.lib.float32 import (
     float32_less_equal,
 )
 from hw.lib.float32_divide import Float32Divide
+from hw.lib.fsm import OneHotFSM
 from hw.lib.lfsr import GaloisLFSR32
 from hw.lib.logic import first_set, or_tree
-from hw.lib.params import ParameterError, ParameterRecord, index_bits, parameter
-from hw.lib.pipeline import stage
-from hw.lib.stream import RegisterSlice, packet_layout, stalling_handshake
+from hw.lib.params import index_bits
+from hw.lib.pipeline import data_stage, stage
+from hw.lib.stream import RegisterSlice, stalling_handshake
 
+from .reject_sample_params import RejectSampleParams
 from .reject_scan import ExactSumScanner
 
-__all__ = ["RejectSampleParams", "RejectSample", "State", "synthesis_parameters",
+__all__ = ["RejectSampleParams", "RejectSample", "synthesis_parameters",
            "synthesis_configuration", "ONE", "MIN_THRESHOLD_ACC"]
 
 #: float32 bit pattern of 1.0.
@@ -57,160 +59,39 @@ EPOCH_BITS = 3
 Q_DEPTH = 8
 
 
-class State(enum.Enum, shape=4):
-    """The request sequencer's states, in request order."""
-
-    IDLE = 0  # waiting for `cmd`
-    ROOT = 1  # the root is stored: take its row
-    WALK = 2  # the §8 traversal
-    ROW = 3  # greedy or error: emit; sampling: start the final row's first pass
-    PASS1 = 4  # first pass: total, segment sums, first and last positive residual
-    SUM = 5  # u = final_coin * total
-    DECIDE = 6  # NaN or negative u: pick at once; else search
-    SEARCH = 7  # binary search over the stored segment sums
-    COMPARE = 8  # (its compare clock)
-    FOUND = 9  # start the rescan of the segment holding the pick
-    PASS2 = 10  # the rescan
-    EMIT = 11  # the last result beat
-    DRAIN = 12  # the rest of the request's tree beats
-
+# The request sequencer's states (``hw.lib.fsm.OneHotFSM`` flags ``state_<NAME>``), in request
+# order: ``IDLE`` waiting for ``cmd``; ``ROOT`` the root is stored: take its row; ``WALK`` the
+# §8 traversal; ``ROW`` greedy or error: emit, sampling: start the final row's first pass;
+# ``PASS1`` total, segment sums, first and last positive residual; ``SUM`` ``u = final_coin *
+# total``; ``DECIDE`` NaN or negative ``u``: pick at once, else search; ``SEARCH``, ``READ``,
+# ``COMPARE`` the binary search over the stored segment sums (address, read and compare
+# clocks); ``FOUND`` start the rescan of the segment holding the pick; ``PASS2`` the rescan;
+# ``EMIT`` the last result beat; ``DRAIN`` the rest of the request's tree beats.
 
 #: The states counted in ``status.row_cycles`` (end of the walk to the last result beat).
-_FINAL_ROW_STATES = (State.ROW, State.PASS1, State.SUM, State.DECIDE, State.SEARCH,
-                     State.COMPARE, State.FOUND, State.PASS2, State.EMIT)
+_FINAL_ROW_STATES = ("ROW", "PASS1", "SUM", "DECIDE", "SEARCH", "READ", "COMPARE", "FOUND",
+                     "PASS2", "EMIT")
 
 
-@dataclass(frozen=True)
-class RejectSampleParams(ParameterRecord):
-    """Validated build parameters of :class:`RejectSample` and the port layouts they give
-    (testbenches and the host read layouts here without building the component)."""
-
-    max_nodes: int = parameter(64, "Largest ``n`` (draft tree positions per request).",
-                               hi=1024)
-    max_steps: int = parameter(8, "Largest ``S`` (``num_speculative_tokens``).", hi=256)
-    max_vocab_size: int = parameter(131072, "Largest ``V``.", hi=1 << 31)
-    lanes: int = parameter(
-        8, "float32 elements per memory word and per clock of the final-row stream.", hi=64,
-        power_of_two=True)
-    read_slots: int = parameter(
-        32, "Memory reads in flight and the final-row buffer: covers the memory latency at full "
-            "streaming rate.", lo=4, hi=4096, power_of_two=True)
-    segment_words: int = parameter(
-        64, "Words per stored running sum of the final row: the pick rescans one segment.",
-        hi=1 << 20, power_of_two=True)
-    token_width: int = parameter(
-        32, "Bits of token ids (candidates, ``predict``; 32: SGLang's int32 ``predicts``); "
-            "must hold every token below ``max_vocab_size``.", lo=2, hi=32)
-    index_width: int = parameter(32, "Bits of ``retrive_index`` values.", hi=64)
-    address_width: int = parameter(32, "Bits of word addresses.", hi=64)
-    divider_bits_per_stage: int = parameter(
-        1, "``Float32Divide.bits_per_stage`` of the ``threshold_acc`` divider (two break the "
-           "300 MHz rule of docs/timing.md).", hi=25)
-
-    def check(self):
-        if (self.max_vocab_size - 1) >> self.token_width:
-            raise ParameterError(
-                "token_width", f"`token_width` must hold every token below `max_vocab_size` "
-                               f"({self.max_vocab_size}), not {self.token_width} bits")
-
-    @property
-    def max_row_words(self) -> int:
-        """``ceil(max_vocab_size / lanes)``: the longest final-row stream."""
-        return -(-self.max_vocab_size // self.lanes)
-
-    @property
-    def max_segments(self) -> int:
-        return -(-self.max_row_words // self.segment_words)
-
-    @property
-    def node_bits(self) -> int:
-        return index_bits(self.max_nodes)
-
-    @property
-    def cmd_layout(self) -> data.StructLayout:
-        return data.StructLayout({
-            "greedy": 1,
-            "lfsr": 1,
-            "nodes": range(self.max_nodes + 1),
-            "steps": range(self.max_steps + 1),
-            "vocab_size": range(self.max_vocab_size + 1),
-            "row_address": unsigned(self.address_width),
-            "row_words": unsigned(self.address_width),
-            "seed": 32,
-            "final_coin": 32,
-            "threshold_single": 32,
-            "threshold_acc": 32,
-        })
-
-    @property
-    def tree_layout(self) -> data.StructLayout:
-        link = signed(self.node_bits + 2)
-        return packet_layout({
-            "candidate": unsigned(self.token_width),
-            "index": unsigned(self.index_width),
-            "next_token": link,
-            "next_sibling": link,
-            "coin": 32,
-            "predict": unsigned(self.token_width),
-        })
-
-    @property
-    def read_data_layout(self) -> data.ArrayLayout:
-        return data.ArrayLayout(32, self.lanes)
-
-    @property
-    def draft_layout(self) -> data.StructLayout:
-        return data.StructLayout({
-            "address": unsigned(self.address_width),
-            "lane": range(max(self.lanes, 2)),
-            "value": 32,
-        })
-
-    @property
-    def result_layout(self) -> data.StructLayout:
-        return packet_layout({
-            "index": unsigned(self.index_width),
-            "token": unsigned(self.token_width),
-            "error": 1,
-        })
-
-    @property
-    def status_layout(self) -> data.StructLayout:
-        return data.StructLayout({"walk_cycles": 32, "row_cycles": 32})
-
-    @property
-    def node_layout(self) -> data.StructLayout:
-        """An entry of the on-chip node memory."""
-        return data.StructLayout({
-            "candidate": unsigned(self.token_width),
-            "index": unsigned(self.index_width),
-            "next": unsigned(self.node_bits),
-            "next_none": 1,
-            "sibling": unsigned(self.node_bits),
-            "sibling_none": 1,
-            "coin": 32,
-            "predict": unsigned(self.token_width),
-            "address": unsigned(self.address_width),
-        })
-
-    @property
-    def ports(self) -> dict:
-        """Stream port name -> payload layout (``read_address`` carries a plain
-        ``unsigned(address_width)``; ``status`` is not a stream)."""
-        return {"cmd": self.cmd_layout, "tree": self.tree_layout,
-                "read_data": self.read_data_layout, "draft_write": self.draft_layout,
-                "result": self.result_layout}
-
-
-def _delay_line(m: Module, en: Value, first: dict, latency: int, *, name: str) -> dict:
-    """``first`` (field -> value) through ``latency`` clock-enabled registers
-    ``<name>_<field><i>`` beside a pipelined core; returns field -> the last register."""
-    last = {}
-    for field, value in first.items():
-        for i in range(latency):
-            value = stage(m, en, value, name=f"{name}_{field}{i}")
-        last[field] = value
-    return last
+def _delay_line(m: Module, en: Value, flush: Value, valid: Value, fields: dict, latency: int,
+                *, name: str) -> tuple[Value, dict]:
+    """``valid`` and ``fields`` (field -> value) through ``latency`` clock-enabled registers
+    ``<name>_valid<i>``, ``<name>_<field><i>`` beside a pipelined core; ``flush`` clears every
+    valid flag (the work in flight became stale). Returns the last valid flag and field -> the
+    last register. The fields' registers have no reset but the last ones: a reset keeps them
+    flip-flops at the end of the shift registers the others become (whose outputs are slow,
+    docs/timing.md)."""
+    for i in range(latency):
+        flag = Signal(name=f"{name}_valid{i}")
+        with m.If(flush):
+            m.d.sync += flag.eq(0)
+        with m.Elif(en):
+            m.d.sync += flag.eq(valid)
+        valid = flag
+        fields = {field: stage(m, en, value, name=f"{name}_{field}{i}",
+                               reset_less=i < latency - 1)
+                  for field, value in fields.items()}
+    return valid, fields
 
 
 def float32_positive(bits: Value) -> Value:
@@ -305,8 +186,14 @@ index_width, address_width, divider_bits_per_stage
         m.submodules.tags = tags = SyncFIFO(width=tag_layout.size, depth=p.read_slots)
         q_layout = data.StructLayout({"epoch": EPOCH_BITS, "node": node_shape, "q": 32})
         m.submodules.probs = probs = SyncFIFO(width=q_layout.size, depth=Q_DEPTH)
+        # Slices in front of the routing of a response by its tag and in front of the adder:
+        # their decisions (epoch compares, the add's issue) start at flip-flops and no longer
+        # reach back into the FIFOs' pointers.
+        m.submodules.response_slice = response_slice = RegisterSlice(data.StructLayout({
+            "word": p.read_data_layout, "tag": tag_layout}))
+        m.submodules.q_slice = q_slice = RegisterSlice(q_layout)
 
-        state = Signal(State)
+        fsm = OneHotFSM(m, init="IDLE", name="state")  # its block: the request sequencer
         run = Signal()
         m.d.comb += run.eq(result_slice.i.ready & draft_slice.i.ready)
 
@@ -320,7 +207,7 @@ index_width, address_width, divider_bits_per_stage
         row_words = Signal(p.address_width)
         final_coin = Signal(32)
         threshold_single = Signal(32)
-        threshold = Signal(32)  # max(threshold_acc, float32(1e-9))
+        threshold_acc = Signal(32)
         use_divider = Signal()
         row_count = Signal(word_shape)  # ceil(V / lanes)
         segment_count = Signal(range(p.max_segments + 1))
@@ -328,22 +215,28 @@ index_width, address_width, divider_bits_per_stage
         walk_cycles = Signal(32)
         row_cycles = Signal(32)
 
-        m.d.comb += self.cmd.ready.eq(state == State.IDLE)
+        m.d.comb += self.cmd.ready.eq(fsm.ongoing("IDLE"))
         command = self.cmd.valid & self.cmd.ready
         with m.If(command):
-            acc = cmd.threshold_acc
-            minimum = Const(MIN_THRESHOLD_ACC, 32)
             m.d.sync += [
                 greedy.eq(cmd.greedy), use_lfsr.eq(cmd.lfsr), n.eq(cmd.nodes),
                 steps.eq(Mux(cmd.steps == 0, 1, cmd.steps)), vocab.eq(cmd.vocab_size),
                 row_words.eq(cmd.row_words), threshold_single.eq(cmd.threshold_single),
-                threshold.eq(Mux(float32_less(acc, minimum), minimum, acc)),
-                use_divider.eq(acc != ONE),
+                threshold_acc.eq(cmd.threshold_acc), use_divider.eq(cmd.threshold_acc != ONE),
                 row_count.eq((cmd.vocab_size + lanes - 1) >> shift),
                 epoch.eq(epoch + 1), walk_cycles.eq(0), row_cycles.eq(0),
             ]
-        m.d.comb += [lfsr.load.eq(command), lfsr.seed.eq(cmd.seed)]
-        m.d.comb += segment_count.eq((row_count + p.segment_words - 1) >> segment_shift)
+        # The generator is seeded a clock after the command, from a register (the tree beats
+        # wait for it: `loading`).
+        seeding = stage(m, 1, command, name="seeding")
+        m.d.comb += [lfsr.load.eq(seeding),
+                     lfsr.seed.eq(data_stage(m, command, cmd.seed, name="seed"))]
+        m.d.sync += segment_count.eq((row_count + p.segment_words - 1) >> segment_shift)
+        # max(threshold_acc, float32(1e-9)), a clock after the command (the divider's first
+        # operands come from memory reads, many clocks later).
+        minimum = Const(MIN_THRESHOLD_ACC, 32)
+        threshold = data_stage(m, 1, Mux(float32_less(threshold_acc, minimum), minimum,
+                                         threshold_acc), name="threshold")
 
         # --- load ------------------------------------------------------------------------------
         loading = Signal()
@@ -393,8 +286,10 @@ index_width, address_width, divider_bits_per_stage
             m.d.sync += [final_coin.eq(Mux(use_lfsr, lfsr.coin, final_coin)),
                          load_done.eq(1), loading.eq(0)]
         with m.If(command):
-            m.d.sync += [loading.eq(1), received.eq(0), loaded.eq(0), load_done.eq(0),
+            m.d.sync += [received.eq(0), loaded.eq(0), load_done.eq(0),
                          next_address.eq(cmd.row_address), final_coin.eq(cmd.final_coin)]
+        with m.If(seeding):
+            m.d.sync += loading.eq(1)
 
         # --- walker state -------------------------------------------------------------------
         row = Signal(node_shape)
@@ -407,8 +302,19 @@ index_width, address_width, divider_bits_per_stage
         error = Signal()
         first_beat = Signal()
         picked = Signal(p.token_width)
-        rejected = [Signal(vocab_bits, name=f"rejected{i}") for i in range(n_max)]
+        pick_fallback = Signal()  # the last beat's token is `fallback`, not `picked`
+        fallback = Signal(vocab_bits + 1, reset_less=True)  # the last positive residual, or V - 1
+        # The rejected tokens of the current row: word index and one-hot lane (so that the
+        # final row's mask is an AND-OR, without a lane decode in front).
+        word_bits = max(vocab_bits, shift)
+        rejected_word = [Signal(word_bits - shift, name=f"rejected_word{i}")
+                         for i in range(n_max)]
+        rejected_lane = [Signal(lanes, name=f"rejected_lane{i}") for i in range(n_max)]
         rejected_count = Signal(count_shape)
+        rejected_slot = Signal(n_max)  # one-hot rejected_count: the entry the next reject takes
+        # The walk's end tests, kept a decision ahead: accepted + 2 >= steps, rejects + 1 >= n.
+        last_step = Signal()
+        last_reject = Signal()
         issue_valid = Signal()
         issue_node = Signal(node_shape)
         issue_address = Signal(p.address_width)
@@ -419,15 +325,25 @@ index_width, address_width, divider_bits_per_stage
         # --- memory reads: the walker's element reads and the final row's word reads --------
         final_active = Signal()
         final_word = Signal(word_shape)
-        final_end = Signal(word_shape)
         credits = Signal(range(p.read_slots + 1))
-        walker_issue = ((state == State.WALK) & ~greedy & issue_valid & (issue_node < loaded)
-                        & (issue_count < n))
-        final_issue = final_active & (final_word < final_end) & (credits != 0)
+        # Words left to issue, counted down beside final_word; it and `credits` are tested
+        # through flags kept with them (`final_more`: final_left != 0, `has_credit`).
+        final_left = Signal(word_shape)
+        final_more = Signal()
+        has_credit = Signal()
+        # The walker may read issue_node's element: a flag registered from the issue state
+        # (cleared for the clock after an issue: a sibling read every other clock, the first
+        # read of a row the clock after its accept). `loaded` only grows, so the flag is
+        # never early.
+        issue_ready = Signal()
+        walker_issue = fsm.ongoing("WALK") & ~greedy & issue_ready
+        final_issue = final_active & final_more & has_credit
+        # Room for a tag, a clock ahead: one write can land in between.
+        tags_room = stage(m, 1, tags.level < tags.depth - 1, name="tags_room")
         tag_in = data.View(tag_layout, tags.w_data)
         candidate_a = node_a.data.candidate
         m.d.comb += [
-            address_slice.i.valid.eq((walker_issue | final_issue) & tags.w_rdy),
+            address_slice.i.valid.eq((walker_issue | final_issue) & tags_room),
             address_slice.i.payload.eq(Mux(final_issue, row_address + final_word,
                                            issue_address + (candidate_a >> shift))),
             tag_in.final.eq(final_issue),
@@ -437,45 +353,58 @@ index_width, address_width, divider_bits_per_stage
         ]
         issued = address_slice.i.valid & address_slice.i.ready
         m.d.comb += tags.w_en.eq(issued)
+        m.d.sync += issue_ready.eq(issue_valid & (issue_node < loaded) & (issue_count < n))
         with m.If(issued & ~final_issue):
             m.d.sync += [issue_count.eq(issue_count + 1),
                          issue_node.eq(node_a.data.sibling),
-                         issue_valid.eq(~node_a.data.sibling_none)]
+                         issue_valid.eq(~node_a.data.sibling_none), issue_ready.eq(0)]
         with m.If(issued & final_issue):
-            m.d.sync += final_word.eq(final_word + 1)
+            m.d.sync += [final_word.eq(final_word + 1), final_left.eq(final_left - 1),
+                         final_more.eq(final_left != 1)]
 
-        # Responses: route by tag; stale walker reads are dropped.
-        tag = data.View(tag_layout, tags.r_data)
+        # Responses: each with its tag into the response slice, then routed by the tag (stale
+        # walker reads too: they are dropped at the adder's head).
         response = self.read_data
-        lanes_in = [response.payload[j] for j in range(lanes)]
+        m.d.comb += [
+            response_slice.i.valid.eq(response.valid & tags.r_rdy),
+            response_slice.i.payload.word.eq(response.payload),
+            response_slice.i.payload.tag.eq(tags.r_data),
+            response.ready.eq(response_slice.i.ready & tags.r_rdy),
+            tags.r_en.eq(response.valid & response.ready),
+        ]
+        routed = response_slice.o
+        tag = routed.payload.tag
+        lanes_in = [routed.payload.word[j] for j in range(lanes)]
         q_in = Array(lanes_in)[tag.lane] if lanes > 1 else lanes_in[0]
-        current = ~tag.final & (tag.epoch == epoch)
         row_in = stream.Signature(data.ArrayLayout(32, lanes)).create()
         m.d.comb += [
-            response.ready.eq(tags.r_rdy & Mux(tag.final, row_in.ready,
-                                               Mux(current, probs.w_rdy, 1))),
-            tags.r_en.eq(response.valid & response.ready),
-            probs.w_en.eq(response.valid & response.ready & current),
+            routed.ready.eq(Mux(tag.final, row_in.ready, probs.w_rdy)),
+            probs.w_en.eq(routed.valid & ~tag.final),
             probs.w_data.eq(Cat(tag.epoch, tag.node, q_in)),
-            row_in.valid.eq(response.valid & tags.r_rdy & tag.final),
-            row_in.payload.eq(response.payload),
+            row_in.valid.eq(routed.valid & tag.final),
+            row_in.payload.eq(routed.payload.word),
+            q_slice.i.valid.eq(probs.r_rdy),
+            q_slice.i.payload.eq(probs.r_data),
+            probs.r_en.eq(q_slice.i.ready),
         ]
 
         # --- probability chain: prob_acc + q (Float32Add), then / threshold_acc --------------
-        head = data.View(q_layout, probs.r_data)
-        head_current = probs.r_rdy & (head.epoch == epoch)
-        head_stale = probs.r_rdy & (head.epoch != epoch)
+        head = q_slice.o.payload
+        head_current = q_slice.o.valid & (head.epoch == epoch)
+        head_stale = q_slice.o.valid & (head.epoch != epoch)
         add_issue = Signal()
-        added = _delay_line(m, run, {"valid": add_issue, "epoch": epoch, "node": head.node,
-                                     "q": head.q}, Float32Add.latency, name="add")
-        emerge = added["valid"] & (added["epoch"] == epoch)
+        # An accept (or a new request) bumps the epoch and flushes the adds and divisions in
+        # flight: what leaves the delay lines is current.
+        flush = Signal()
+        emerge, added = _delay_line(m, run, flush, add_issue, {"node": head.node, "q": head.q},
+                                    Float32Add.latency, name="add")
         m.d.comb += [
-            add_issue.eq(run & (state == State.WALK) & ~greedy & head_current
+            add_issue.eq(run & fsm.ongoing("WALK") & ~greedy & head_current
                          & (~chain_busy | emerge)),
             prob_add.en.eq(run),
             prob_add.a.eq(Mux(emerge, prob_add.result, p_acc)),
             prob_add.b.eq(head.q),
-            probs.r_en.eq(add_issue | head_stale),
+            q_slice.o.ready.eq(add_issue | head_stale),
         ]
         with m.If(run):
             with m.If(emerge & ~add_issue):
@@ -484,71 +413,108 @@ index_width, address_width, divider_bits_per_stage
                 m.d.sync += chain_busy.eq(1)
 
         m.d.comb += [divide.en.eq(run), divide.a.eq(prob_add.result), divide.b.eq(threshold)]
-        quotients = _delay_line(m, run, {**added, "valid": emerge & use_divider},
-                                divide.latency, name="div")
-        divided = quotients["valid"] & (quotients["epoch"] == epoch)
+        divided, quotients = _delay_line(m, run, flush, emerge & use_divider, added,
+                                         divide.latency, name="div")
 
         # --- decisions ----------------------------------------------------------------------
         greedy_valid = Signal()
         greedy_node = Signal(node_shape)
-        walking = state == State.WALK
+        walking = fsm.ongoing("WALK")
         event = Signal()
         event_node = Signal(node_shape)
         event_q = Signal(32)
-        quotient = Signal(32)
+        # Decisions in two registered stages, so that neither the node memory read nor a
+        # compare is in series with a decision's writes: stage A (``decision_*``) takes an
+        # event's node, q and quotient and holds them until the next event, stage B (decided
+        # from) the compares of stage A. Sampling events are one serial add apart
+        # (``Float32Add.latency`` clocks); a greedy event waits for the decision before it (its
+        # node is that decision's result): three clocks per greedy node.
+        captured = Signal()  # stage A holds an event
+        compared = Signal()  # stage B holds its terms
         with m.If(greedy):
-            m.d.comb += [event.eq(walking & greedy_valid & (greedy_node < loaded)),
+            m.d.comb += [event.eq(walking & greedy_valid & (greedy_node < loaded)
+                                  & ~captured & ~compared),
                          event_node.eq(greedy_node)]
         with m.Elif(use_divider):
             m.d.comb += [event.eq(walking & divided), event_node.eq(quotients["node"]),
-                         event_q.eq(quotients["q"]), quotient.eq(divide.result)]
+                         event_q.eq(quotients["q"])]
         with m.Else():
             m.d.comb += [event.eq(walking & emerge), event_node.eq(added["node"]),
-                         event_q.eq(added["q"]), quotient.eq(prob_add.result)]
-        m.d.comb += node_b.addr.eq(Mux(state == State.ROOT, 0, event_node))
-        node = node_b.data
-        coin_accepts = float32_less_equal(coin, quotient)
-        single_accepts = float32_less_equal(threshold_single, event_q)
-        # q > 0 (ours, not SGLang's): a token of probability 0 is never accepted.
-        accept = Mux(greedy, node.candidate == predict,
-                     float32_less(Const(0, 32), event_q) & (coin_accepts | single_accepts))
+                         event_q.eq(added["q"])]
+        m.d.comb += node_b.addr.eq(Mux(fsm.ongoing("ROOT"), 0, event_node))
+        node = node_b.data  # the root's entry in ROOT, the event's in WALK
+        decided = Signal(node_layout, name="decision_node", reset_less=True)
+        decision_row = Signal(node_shape, reset_less=True)
+        decision_q = Signal(32, reset_less=True)
+        decision_quotient = Signal(32, reset_less=True)
+        with m.If(run & event):
+            m.d.sync += [decided.eq(node), decision_row.eq(event_node), decision_q.eq(event_q),
+                         decision_quotient.eq(Mux(use_divider, divide.result, prob_add.result))]
+        # Greedy accepts iff the candidate is the row's predict; sampling iff q > 0 (ours, not
+        # SGLang's: a token of probability 0 is never accepted) and coin <= quotient (the
+        # divider's or, at threshold_acc 1, the sum itself) or q >= threshold_single.
+        term = {name: data_stage(m, run, value, name=f"decision_{name}") for name, value in {
+            "match": decided.candidate == predict,
+            "positive": float32_less(Const(0, 32), decision_q),
+            "coin": float32_less_equal(coin, decision_quotient),
+            "single": float32_less_equal(threshold_single, decision_q)}.items()}
+        decision_accepts = Mux(greedy, term["match"],
+                               term["positive"] & (term["coin"] | term["single"]))
+        decide = run & walking & compared
+        accept = decide & decision_accepts
+        m.d.comb += flush.eq(accept | command)
+        with m.If(flush | ~walking):  # (the event behind an accept is stale)
+            m.d.sync += [captured.eq(0), compared.eq(0)]
+        with m.Elif(run):
+            m.d.sync += [captured.eq(event), compared.eq(captured)]
 
         m.d.comb += [
             result_slice.i.payload.index.eq(last_index),
-            result_slice.i.payload.token.eq(Mux(state == State.EMIT, picked,
-                                                node.candidate)),
+            result_slice.i.payload.token.eq(Mux(fsm.ongoing("EMIT"),
+                                                Mux(pick_fallback, fallback, picked),
+                                                decided.candidate)),
             result_slice.i.payload.first.eq(first_beat),
-            result_slice.i.payload.last.eq(state == State.EMIT),
-            result_slice.i.payload.error.eq(error & (state == State.EMIT)),
-            draft_slice.i.payload.address.eq(row_address + (node.candidate >> shift)),
-            draft_slice.i.payload.lane.eq(node.candidate[:shift] if shift else 0),
-            draft_slice.i.payload.value.eq(event_q),
+            result_slice.i.payload.last.eq(fsm.ongoing("EMIT")),
+            result_slice.i.payload.error.eq(error & fsm.ongoing("EMIT")),
+            draft_slice.i.payload.address.eq(row_address + (decided.candidate >> shift)),
+            draft_slice.i.payload.lane.eq(decided.candidate[:shift] if shift else 0),
+            draft_slice.i.payload.value.eq(decision_q),
         ]
         walk_end = Signal()
-        with m.If(run & event):
-            with m.If(accept):
+        with m.If(decide):
+            with m.If(decision_accepts):
                 m.d.comb += result_slice.i.valid.eq(1)
                 m.d.sync += [
-                    first_beat.eq(0), last_index.eq(node.index), row.eq(event_node),
-                    row_address.eq(node.address), coin.eq(node.coin),
-                    predict.eq(node.predict), accepted.eq(accepted + 1), rejects.eq(0),
-                    rejected_count.eq(0), epoch.eq(epoch + 1), p_acc.eq(0), chain_busy.eq(0),
-                    issue_node.eq(node.next), issue_valid.eq(~node.next_none),
-                    issue_address.eq(node.address), issue_count.eq(0),
-                    greedy_node.eq(node.next), greedy_valid.eq(~node.next_none),
+                    first_beat.eq(0), last_index.eq(decided.index), row.eq(decision_row),
+                    row_address.eq(decided.address), coin.eq(decided.coin),
+                    predict.eq(decided.predict), accepted.eq(accepted + 1), rejects.eq(0),
+                    last_step.eq(accepted + 3 >= steps), last_reject.eq(n <= 1),
+                    rejected_count.eq(0), rejected_slot.eq(1), epoch.eq(epoch + 1), p_acc.eq(0),
+                    chain_busy.eq(0),
+                    issue_node.eq(decided.next), issue_valid.eq(~decided.next_none),
+                    issue_ready.eq(~decided.next_none & (decided.next < loaded)),
+                    issue_address.eq(decided.address), issue_count.eq(0),
+                    greedy_node.eq(decided.next), greedy_valid.eq(~decided.next_none),
                 ]
-                with m.If((accepted + 2 >= steps) | node.next_none):
+                with m.If(last_step | decided.next_none):
                     m.d.comb += walk_end.eq(1)
             with m.Else():
-                m.d.sync += [rejects.eq(rejects + 1), greedy_node.eq(node.sibling),
-                             greedy_valid.eq(~node.sibling_none)]
+                m.d.sync += [rejects.eq(rejects + 1), last_reject.eq(rejects + 2 >= n),
+                             greedy_node.eq(decided.sibling),
+                             greedy_valid.eq(~decided.sibling_none)]
                 with m.If(~greedy):
                     m.d.comb += draft_slice.i.valid.eq(1)
-                    m.d.sync += [Array(rejected)[rejected_count].eq(node.candidate),
-                                 rejected_count.eq(rejected_count + 1)]
-                with m.If(node.sibling_none):
+                    m.d.sync += [rejected_count.eq(rejected_count + 1),
+                                 rejected_slot.eq(rejected_slot << 1)]
+                    for i in range(n_max):
+                        with m.If(rejected_slot[i]):
+                            m.d.sync += [
+                                rejected_word[i].eq(decided.candidate[shift:word_bits]),
+                                rejected_lane[i].eq(
+                                    Const(1, lanes) << (decided.candidate[:shift] if shift else 0))]
+                with m.If(decided.sibling_none):
                     m.d.comb += walk_end.eq(1)
-                with m.Elif(rejects + 1 >= n):
+                with m.Elif(last_reject):
                     m.d.comb += walk_end.eq(1)
                     m.d.sync += error.eq(1)
 
@@ -558,48 +524,53 @@ index_width, address_width, divider_bits_per_stage
         # --- final row: mask, positives, scanner ----------------------------------------------
         row_index = Signal(word_shape)  # word of the next response
         mask_sink = stream.Signature(data.ArrayLayout(32, lanes)).create()
-        mask_en = stalling_handshake(m, latency=2, source=row_in, sink=mask_sink)
+        mask_en = stalling_handshake(m, latency=3, source=row_in, sink=mask_sink)
         with m.If(row_in.valid & row_in.ready):
             m.d.sync += row_index.eq(row_index + 1)
-        s1_word = stage(m, mask_en, row_in.payload.as_value(), name="mask_word")
-        s1_index = stage(m, mask_en, row_index, name="mask_index")
-        matches = [Const(0, lanes)]
-        for i in range(n_max):
-            hit = (i < rejected_count) & ((rejected[i] >> shift) == s1_index)
-            onehot = (Const(1, lanes) << (rejected[i][:shift] if shift else 0))[:lanes]
-            matches.append(Mux(hit, onehot, 0))
-        rejected_lanes = Signal(lanes)
-        m.d.comb += rejected_lanes.eq(or_tree(matches))
-        r_word, r_positive = [], []
-        for j in range(lanes):
-            value = s1_word[32 * j:32 * (j + 1)]
-            inside = ((s1_index << shift) + j) < vocab
-            positive = inside & ~rejected_lanes[j] & float32_positive(value)
-            r_positive.append(positive)
-            r_word.append(Mux(positive, value, 0))
-        s2_word = stage(m, mask_en, Cat(*r_word), name="row_word")
-        s2_positive = stage(m, mask_en, Cat(*r_positive), name="row_positive")
-        s2_index = stage(m, mask_en, s1_index, name="row_index")
+        # The mask's compares look at the index of the word being captured, a clock ahead.
+        s1_word = data_stage(m, mask_en, row_in.payload.as_value(), name="mask_word")
+        s1_index = data_stage(m, mask_en, row_index, name="mask_index")
+        s1_hits = data_stage(m, mask_en, Cat(
+            (i < rejected_count) & (rejected_word[i] == row_index) for i in range(n_max)),
+            name="mask_hits")
+        s1_eligible = data_stage(m, mask_en, Cat(  # inside the row and above zero
+            (((row_index << shift) + j) < vocab)
+            & float32_positive(row_in.payload[j]) for j in range(lanes)), name="mask_eligible")
+        rejected_lanes = Cat(
+            or_tree([s1_hits[i] & rejected_lane[i][j] for i in range(n_max)])
+            for j in range(lanes))
+        # Which lanes keep their value (inside the row, not rejected, above zero), registered
+        # beside the word; then the masked word.
+        s2_word = data_stage(m, mask_en, s1_word, name="keep_word")
+        s2_index = data_stage(m, mask_en, s1_index, name="keep_index")
+        s2_keep = data_stage(m, mask_en, s1_eligible & ~rejected_lanes, name="keep_lanes")
+        s3_word = data_stage(m, mask_en, Cat(
+            Mux(s2_keep[j], s2_word[32 * j:32 * (j + 1)], 0) for j in range(lanes)),
+            name="row_word")
+        s3_positive = data_stage(m, mask_en, s2_keep, name="row_positive")
+        s3_index = data_stage(m, mask_en, s2_index, name="row_index")
         m.d.comb += [
             scanner.i.valid.eq(mask_sink.valid),
             mask_sink.ready.eq(scanner.i.ready),
-            scanner.i.payload.eq(s2_word),
+            scanner.i.payload.eq(s3_word),
         ]
         has_positive = Signal()
         first_positive = Signal(vocab_bits + 1)
         last_positive = Signal(vocab_bits + 1)
         pass_one = Signal()
-        any_positive, lowest = first_set(m, [s2_positive[j] for j in range(lanes)],
+        any_positive, lowest = first_set(m, [s3_positive[j] for j in range(lanes)],
                                           name="row_first")
         highest = Signal(range(max(lanes, 2)))
         for j in range(lanes):
-            with m.If(s2_positive[j]):
+            with m.If(s3_positive[j]):
                 m.d.comb += highest.eq(j)
         with m.If(mask_sink.valid & mask_sink.ready & pass_one & any_positive):
-            m.d.sync += [last_positive.eq((s2_index << shift) | highest),
+            m.d.sync += [last_positive.eq((s3_index << shift) | highest),
                          has_positive.eq(1)]
             with m.If(~has_positive):
-                m.d.sync += first_positive.eq((s2_index << shift) | lowest)
+                m.d.sync += first_positive.eq((s3_index << shift) | lowest)
+        m.d.sync += has_credit.eq(scanner.freed | Mux(issued & final_issue, credits != 1,
+                                                      has_credit))
         with m.If(scanner.freed):
             m.d.sync += credits.eq(credits + 1 - (issued & final_issue))
         with m.Elif(issued & final_issue):
@@ -619,118 +590,149 @@ index_width, address_width, divider_bits_per_stage
         high = Signal(range(p.max_segments + 1))
         middle = Signal(range(p.max_segments + 1))
         u = Signal(32)
+        u_nan = Signal()
+        u_negative = Signal()
         wait = Signal(range(Float32Multiply.latency + 2))
         segment_base = Signal(word_shape)
-        fallback = Mux(has_positive, last_positive, vocab - 1)
+        search_found = Signal()
+        # Registered: the first pass has ended many clocks before any state reads it.
+        m.d.sync += fallback.eq(Mux(has_positive, last_positive, vocab - 1))
+        sums_data = data_stage(m, 1, sums_read.data, name="sums_data")  # BRAM output register
+        # The rescanned segment, from `low` (it holds from the search's last clock to FOUND).
+        base = (low << segment_shift)[:len(segment_base)]
+        remaining = row_count - base
+        rescan_words = data_stage(m, 1, Mux(remaining > p.segment_words, p.segment_words,
+                                            remaining), name="rescan_words")
         m.d.comb += [
             product.a.eq(final_coin), product.b.eq(scanner.total),
             middle.eq((low + high) >> 1),
             sums_read.addr.eq(sums_index), sums_read.en.eq(1),
             scanner.threshold.eq(u),
         ]
-        with m.If((state == State.ROOT) | (state == State.WALK)):
+        with m.If(fsm.ongoing("ROOT") | fsm.ongoing("WALK")):
             m.d.sync += walk_cycles.eq(walk_cycles + 1)
-        with m.If(Cat(*(state == s for s in _FINAL_ROW_STATES)).any()):
+        with m.If(Cat(*(fsm.ongoing(s) for s in _FINAL_ROW_STATES)).any()):
             m.d.sync += row_cycles.eq(row_cycles + 1)
 
-        with m.Switch(state):
-            with m.Case(State.IDLE):
+        with fsm:
+            with fsm.State("IDLE"):
                 with m.If(command):
-                    m.d.sync += [state.eq(State.ROOT), error.eq(0), first_beat.eq(1),
+                    fsm.next = "ROOT"
+                    m.d.sync += [error.eq(0), first_beat.eq(1),
                                  accepted.eq(0), rejects.eq(0), rejected_count.eq(0),
+                                 rejected_slot.eq(1), last_step.eq(cmd.steps <= 2),
+                                 last_reject.eq(cmd.nodes <= 1),
                                  issue_valid.eq(0), greedy_valid.eq(0), chain_busy.eq(0),
-                                 p_acc.eq(0), has_positive.eq(0)]
-            with m.Case(State.ROOT):
+                                 p_acc.eq(0), has_positive.eq(0), pick_fallback.eq(0)]
+            with fsm.State("ROOT"):
                 with m.If(loaded != 0):
                     more = (steps >= 2) & ~node.next_none
                     m.d.sync += [
                         last_index.eq(node.index), row.eq(0), row_address.eq(node.address),
                         coin.eq(node.coin), predict.eq(node.predict),
-                        issue_node.eq(node.next), issue_valid.eq(more),
+                        issue_node.eq(node.next), issue_valid.eq(more), issue_ready.eq(0),
                         issue_address.eq(node.address), issue_count.eq(0),
                         greedy_node.eq(node.next), greedy_valid.eq(more),
                     ]
                     with m.If(more):
-                        m.d.sync += state.eq(State.WALK)
+                        fsm.next = "WALK"
                     with m.Else():
-                        m.d.sync += state.eq(State.ROW)
-            with m.Case(State.WALK):
+                        fsm.next = "ROW"
+            with fsm.State("WALK"):
                 with m.If(walk_end):
-                    m.d.sync += [state.eq(State.ROW), issue_valid.eq(0),
-                                 greedy_valid.eq(0)]
-            with m.Case(State.ROW):
+                    fsm.next = "ROW"
+                    m.d.sync += [issue_valid.eq(0), greedy_valid.eq(0)]
+            with fsm.State("ROW"):
                 with m.If(greedy | error):
-                    m.d.sync += [picked.eq(Mux(error, 0, predict)), state.eq(State.EMIT)]
+                    fsm.next = "EMIT"
+                    m.d.sync += picked.eq(Mux(error, 0, predict))
                 with m.Elif(load_done & ~scanner.busy):
                     m.d.comb += [scanner.start.eq(1), scanner.init.eq(0),
                                  scanner.words.eq(row_count), scanner.pick.eq(0)]
-                    m.d.sync += [state.eq(State.PASS1), pass_one.eq(1), final_active.eq(1),
-                                 final_word.eq(0), final_end.eq(row_count), row_index.eq(0),
-                                 credits.eq(p.read_slots), wait.eq(0)]
-            with m.Case(State.PASS1):
+                    fsm.next = "PASS1"
+                    m.d.sync += [pass_one.eq(1), final_active.eq(1), final_word.eq(0),
+                                 final_left.eq(row_count), final_more.eq(row_count != 0),
+                                 row_index.eq(0), credits.eq(p.read_slots), has_credit.eq(1),
+                                 wait.eq(0)]
+            with fsm.State("PASS1"):
                 m.d.sync += wait.eq(1)
                 with m.If(wait & ~scanner.busy):
                     m.d.comb += [sums_write.en.eq(1), sums_write.addr.eq(segment_count),
                                  sums_write.data.eq(scanner.total)]
-                    m.d.sync += [state.eq(State.SUM), pass_one.eq(0), final_active.eq(0),
-                                 wait.eq(0)]
-            with m.Case(State.SUM):
+                    fsm.next = "SUM"
+                    m.d.sync += [pass_one.eq(0), final_active.eq(0), wait.eq(0)]
+            with fsm.State("SUM"):
                 # product = final_coin * total, Float32Multiply.latency clocks.
                 m.d.sync += wait.eq(wait + 1)
                 with m.If(wait == Float32Multiply.latency):
-                    m.d.sync += [u.eq(product.result), state.eq(State.DECIDE)]
-            with m.Case(State.DECIDE):
-                u_fields = float32_fields(u)
-                with m.If(u_fields.is_nan):
-                    m.d.sync += [picked.eq(fallback), state.eq(State.EMIT)]
-                with m.Elif(float32_less(u, Const(0, 32))):
-                    m.d.sync += [picked.eq(Mux(has_positive, first_positive, fallback)),
-                                 state.eq(State.EMIT)]
+                    fsm.next = "DECIDE"
+                    m.d.sync += [u.eq(product.result),
+                                 u_nan.eq(float32_fields(product.result).is_nan),
+                                 u_negative.eq(float32_less(product.result, Const(0, 32)))]
+            with fsm.State("DECIDE"):
+                with m.If(u_nan):
+                    fsm.next = "EMIT"
+                    m.d.sync += pick_fallback.eq(1)
+                with m.Elif(u_negative):
+                    fsm.next = "EMIT"
+                    m.d.sync += picked.eq(Mux(has_positive, first_positive, fallback))
                 with m.Else():
-                    m.d.sync += [low.eq(0), high.eq(segment_count), state.eq(State.SEARCH)]
-            with m.Case(State.SEARCH):
+                    fsm.next = "SEARCH"
+                    m.d.sync += [low.eq(0), high.eq(segment_count)]
+            with fsm.State("SEARCH"):
                 # First segment s whose end sum (stored at s + 1) is above u.
                 with m.If(low == high):
                     m.d.comb += sums_index.eq(low)
                     with m.If(low == segment_count):
-                        m.d.sync += [picked.eq(fallback), state.eq(State.EMIT)]
+                        fsm.next = "EMIT"
+                        m.d.sync += pick_fallback.eq(1)
                     with m.Else():
-                        m.d.sync += state.eq(State.FOUND)
+                        fsm.next = "READ"
+                        m.d.sync += search_found.eq(1)
                 with m.Else():
                     m.d.comb += sums_index.eq(middle + 1)
-                    m.d.sync += state.eq(State.COMPARE)
-            with m.Case(State.COMPARE):
-                with m.If(float32_less(u, sums_read.data)):
+                    fsm.next = "READ"
+                    m.d.sync += search_found.eq(0)
+            with fsm.State("READ"):
+                # The sum is read this clock, `sums_data` next.
+                with m.If(search_found):
+                    fsm.next = "FOUND"
+                with m.Else():
+                    fsm.next = "COMPARE"
+            with fsm.State("COMPARE"):
+                # u < sum: u is neither NaN nor below -0.0 here (DECIDE) and the running sums of
+                # a row of +0.0 and positive values are neither NaN nor negative, so the sign
+                # and magnitude decide.
+                with m.If(~sums_data[31] & (u[:31] < sums_data[:31])):
                     m.d.sync += high.eq(middle)
                 with m.Else():
                     m.d.sync += low.eq(middle + 1)
-                m.d.sync += state.eq(State.SEARCH)
-            with m.Case(State.FOUND):
-                base = (low << segment_shift)[:len(segment_base)]
-                remaining = row_count - base
-                words = Mux(remaining > p.segment_words, p.segment_words, remaining)
+                fsm.next = "SEARCH"
+            with fsm.State("FOUND"):
                 with m.If(~scanner.busy):
-                    m.d.comb += [scanner.start.eq(1), scanner.init.eq(sums_read.data),
-                                 scanner.words.eq(words), scanner.pick.eq(1)]
-                    m.d.sync += [state.eq(State.PASS2), final_active.eq(1),
-                                 final_word.eq(base), final_end.eq(base + words),
+                    m.d.comb += [scanner.start.eq(1), scanner.init.eq(sums_data),
+                                 scanner.words.eq(rescan_words), scanner.pick.eq(1)]
+                    fsm.next = "PASS2"
+                    m.d.sync += [final_active.eq(1), final_word.eq(base),
+                                 final_left.eq(rescan_words), final_more.eq(rescan_words != 0),
                                  row_index.eq(base), segment_base.eq(base),
-                                 credits.eq(p.read_slots), wait.eq(0)]
-            with m.Case(State.PASS2):
+                                 credits.eq(p.read_slots), has_credit.eq(1), wait.eq(0)]
+            with fsm.State("PASS2"):
                 m.d.sync += wait.eq(1)
                 with m.If(wait & ~scanner.busy):
                     token = ((segment_base + scanner.hit_word) << shift) | scanner.hit_lane
+                    fsm.next = "EMIT"
                     m.d.sync += [picked.eq(Mux(scanner.hit, token, fallback)),
-                                 final_active.eq(0), state.eq(State.EMIT)]
-            with m.Case(State.EMIT):
+                                 final_active.eq(0)]
+            with fsm.State("EMIT"):
                 m.d.comb += result_slice.i.valid.eq(1)
                 with m.If(result_slice.i.ready):
-                    m.d.sync += [state.eq(State.DRAIN),
-                                 self.status.walk_cycles.eq(walk_cycles),
+                    fsm.next = "DRAIN"
+                    m.d.sync += [self.status.walk_cycles.eq(walk_cycles),
                                  self.status.row_cycles.eq(row_cycles + 1)]
-            with m.Case(State.DRAIN):
+            with fsm.State("DRAIN"):
                 with m.If(load_done):
-                    m.d.sync += state.eq(State.IDLE)
+                    fsm.next = "IDLE"
         return m
 
 

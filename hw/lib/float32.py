@@ -77,25 +77,36 @@ def float32_order_key(bits: Value) -> Value:
     return Mux(bits[31], -magnitude, magnitude)
 
 
+def _order_terms(a: Value, b: Value):
+    """What the compares of ``a`` and ``b`` need, each one magnitude compare deep (a carry
+    chain): neither is NaN (a magnitude above infinity's), both are zeros."""
+    ma, mb = a[:31], b[:31]
+    neither_nan = (ma <= POSITIVE_INFINITY) & (mb <= POSITIVE_INFINITY)
+    return neither_nan, (ma == 0) & (mb == 0)
+
+
 def float32_less(a: Value, b: Value) -> Value:
     """``a < b`` as IEEE-754 (and numpy) define it: false whenever either side is NaN.
 
-    Compares sign and magnitude directly (two magnitude compares side by side, no negation
-    in front of a compare as with ``float32_order_key``: fewer logic levels)."""
+    Compares sign and magnitude directly (magnitude compares side by side, no negation in
+    front of a compare as with ``float32_order_key``, NaN tests as compares with infinity's
+    magnitude: fewer logic levels)."""
     a, b = Value.cast(a), Value.cast(b)
-    fa, fb = float32_fields(a), float32_fields(b)
-    both_zero = fa.is_zero & fb.is_zero
-    less = Mux(fa.sign, Mux(fb.sign, fb.magnitude < fa.magnitude, ~both_zero),
-               Mux(fb.sign, 0, fa.magnitude < fb.magnitude))
-    return ~(fa.is_nan | fb.is_nan) & less
+    neither_nan, both_zero = _order_terms(a, b)
+    ma, mb = a[:31], b[:31]
+    less = Mux(a[31], Mux(b[31], mb < ma, ~both_zero), Mux(b[31], 0, ma < mb))
+    return neither_nan & less
 
 
 def float32_less_equal(a: Value, b: Value) -> Value:
-    """``a <= b`` as IEEE-754 defines it (false whenever either side is NaN): not ``b < a``,
-    one magnitude compare deep, where ``float32_less | float32_equal`` ORs a 31-bit equality
-    behind it (7 LUT levels from a register in ``work_deltas``)."""
-    fa, fb = float32_fields(a), float32_fields(b)
-    return ~(fa.is_nan | fb.is_nan) & ~float32_less(b, a)
+    """``a <= b`` as IEEE-754 defines it (false whenever either side is NaN), one magnitude
+    compare deep, where ``float32_less | float32_equal`` ORs a 31-bit equality behind it (7 LUT
+    levels from a register in ``work_deltas``)."""
+    a, b = Value.cast(a), Value.cast(b)
+    neither_nan, both_zero = _order_terms(a, b)
+    ma, mb = a[:31], b[:31]
+    at_most = Mux(a[31], Mux(b[31], mb <= ma, 1), Mux(b[31], both_zero, ma <= mb))
+    return neither_nan & at_most
 
 
 def float32_equal(a: Value, b: Value) -> Value:

@@ -31,7 +31,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .float32 import CANONICAL_NAN, POSITIVE_INFINITY, float32_fields
-from .pipeline import count_leading_zeros, data_stage, shift_right_sticky
+from .pipeline import count_leading_zeros, data_stage, dropped_bits
 
 __all__ = ["Float32Divide", "QUOTIENT_BITS", "divide_latency", "quotient_alignment",
            "ALIGN_MAX_SHIFT"]
@@ -133,31 +133,32 @@ class Float32Divide(wiring.Component):
         en = self.en
         a, b = float32_fields(self.a), float32_fields(self.b)
 
-        # Stage 1: specials, sign, the significands and their leading zeros.
-        is_nan = a.is_nan | b.is_nan | (a.is_zero & b.is_zero) | (a.is_inf & b.is_inf)
-        is_inf = a.is_inf | b.is_zero
-        is_zero = a.is_zero | b.is_inf
-        sign = a.sign ^ b.sign
-        special_value = Mux(is_nan, CANONICAL_NAN,
-                            Cat(Mux(is_inf, POSITIVE_INFINITY, 0)[:31], sign))
+        # Stage 1: the operands' classes, the significands and their leading zeros.
         s1 = {f"{name}_{x}": data_stage(m, en, value, name=f"s1_{name}_{x}")
               for x, fields in (("a", a), ("b", b))
               for name, value in (("mantissa", fields.mantissa),
                                   ("exponent", fields.exponent_eff),
-                                  ("zeros", count_leading_zeros(fields.mantissa)))}
-        carried = {name: data_stage(m, en, value, name=f"s1_{name}") for name, value in (
-            ("special", is_nan | is_inf | is_zero), ("special_value", special_value),
-            ("sign", sign))}
+                                  ("zeros", count_leading_zeros(fields.mantissa)),
+                                  ("nan", fields.is_nan), ("inf", fields.is_inf),
+                                  ("zero", fields.is_zero), ("sign", fields.sign))}
 
         # Stage 2: the normalised significands and the biased exponent of their quotient (A/B
-        # in (1/2, 2)): (ea - lz_a) - (eb - lz_b) + 127, in a signed 11-bit field.
+        # in (1/2, 2)): (ea - lz_a) - (eb - lz_b) + 127, in a signed 11-bit field; specials.
         exponent = ((s1["exponent_a"] - s1["zeros_a"]) - (s1["exponent_b"] - s1["zeros_b"])
                     + 127)
         s2_exponent = data_stage(m, en, exponent.as_signed()[:11].as_signed(), name="s2_exponent")
         s2_a = data_stage(m, en, (s1["mantissa_a"] << s1["zeros_a"])[:24], name="s2_a")
         s2_b = data_stage(m, en, (s1["mantissa_b"] << s1["zeros_b"])[:24], name="s2_b")
-        carried = {name: data_stage(m, en, value, name=f"s2_{name}")
-                   for name, value in carried.items()}
+        is_nan = (s1["nan_a"] | s1["nan_b"] | (s1["zero_a"] & s1["zero_b"])
+                  | (s1["inf_a"] & s1["inf_b"]))
+        is_inf = s1["inf_a"] | s1["zero_b"]
+        is_zero = s1["zero_a"] | s1["inf_b"]
+        sign = s1["sign_a"] ^ s1["sign_b"]
+        special_value = Mux(is_nan, CANONICAL_NAN,
+                            Cat(Mux(is_inf, POSITIVE_INFINITY, 0)[:31], sign))
+        carried = {name: data_stage(m, en, value, name=f"s2_{name}") for name, value in (
+            ("special", is_nan | is_inf | is_zero), ("special_value", special_value),
+            ("sign", sign))}
 
         # Stage 3: X/B in [1, 2).
         below = s2_a < s2_b
@@ -184,6 +185,10 @@ class Float32Divide(wiring.Component):
                 remainder = Cat(Const(0, 1), kept)[:26]
                 quotient = Cat(bit, quotient)
                 produced += 1
+            if index == self.iteration_stages - 1:
+                # Post 1's sticky mask, computed into the last stage: a flip-flop, where the
+                # delay line of ``right`` ends in a shift register (slow clock-to-out).
+                carried["dropped"] = dropped_bits(carried["right"], QUOTIENT_BITS)
             remainder = data_stage(m, en, remainder, name=f"d{index}_remainder")
             quotient = data_stage(m, en, quotient, name=f"d{index}_quotient")
             divisor = data_stage(m, en, divisor, name=f"d{index}_divisor")
@@ -191,11 +196,11 @@ class Float32Divide(wiring.Component):
                        for name, value in carried.items()}
 
         # Post 1: normal or subnormal alignment, sticky bit.
-        sticky = remainder.any()
-        shifted, lost = shift_right_sticky(quotient, carried.pop("right"),
-                                           max_shift=ALIGN_MAX_SHIFT)
+        # (As ``pipeline.shift_right_sticky`` with ``max_shift=ALIGN_MAX_SHIFT``, its mask ahead.)
+        shifted = quotient >> carried.pop("right")
+        lost = (quotient & carried.pop("dropped")).any()
         p1_quotient = data_stage(m, en, shifted, name="p1_quotient")
-        p1_sticky = data_stage(m, en, sticky | lost, name="p1_sticky")
+        p1_sticky = data_stage(m, en, remainder.any() | lost, name="p1_sticky")
         carried = {name: data_stage(m, en, value, name=f"p1_{name}")
                    for name, value in carried.items()}
         p1_exponent_field, p1_overflow = carried["field"], carried["overflow"]

@@ -9,7 +9,7 @@ elaboration time: each next-state bit is the XOR of the state bits its matrix ro
 
 import operator
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -17,22 +17,24 @@ from golden.lfsr import GaloisLFSR32Model
 
 from .pipeline import count_leading_zeros
 
-__all__ = ["GaloisLFSR32", "coin_to_float32"]
+__all__ = ["GaloisLFSR32", "coin_exponent_field"]
 
 
-def coin_to_float32(coin, leading_zeros=None):
-    """float32 bit pattern of ``coin * 2^-24`` for a 24-bit unsigned ``coin`` (combinational).
+def coin_exponent_field(leading_zeros: Value) -> Value:
+    """The float32 exponent field of ``coin * 2^-24`` for a 24-bit unsigned ``coin`` with
+    ``leading_zeros`` leading zeros (24 for a zero coin): ``126 - leading_zeros``, or 0 for a
+    zero coin. The conversion is exact (a 24-bit integer times a power of two needs no
+    rounding): the fraction field is the bits below the leading one."""
+    return Mux(leading_zeros == 24, 0, 126 - leading_zeros)[:8]
 
-    Exact (a 24-bit integer times a power of two needs no rounding): zero for ``coin == 0``,
-    else exponent field ``126 - lz`` and the bits below the leading one, where ``lz`` is the
-    number of leading zeros of ``coin``. ``leading_zeros``, when given, is that count (24 for
-    a zero coin), computed elsewhere (a clock ahead, in :class:`GaloisLFSR32`).
-    """
-    if leading_zeros is None:
-        leading_zeros = count_leading_zeros(coin)
-    normalised = (coin << leading_zeros)[:24]
-    exponent = (126 - leading_zeros)[:8]
-    return Mux(leading_zeros == 24, 0, Cat(normalised[:23], exponent, 0))
+
+def xor_tree(bits: list) -> Value:
+    """XOR of ``bits`` as a tree of 6-input XORs (one LUT6 each); a plain reduction reached
+    synthesis as a chain (8 LUT levels for a leap row)."""
+    bits = list(bits) or [Const(0, 1)]
+    while len(bits) > 1:
+        bits = [Cat(*bits[i:i + 6]).xor() for i in range(0, len(bits), 6)]
+    return bits[0]
 
 
 class GaloisLFSR32(GaloisLFSR32Model, wiring.Component):
@@ -97,13 +99,19 @@ class GaloisLFSR32(GaloisLFSR32Model, wiring.Component):
         rows = self.leap_matrix(self._steps)
 
         def leap(value):
-            return Cat(*((value & row).xor() for row in rows))
+            return Cat(*(xor_tree([value[j] for j in range(32) if row >> j & 1]) for row in rows))
 
         # `ahead` is the state one leap on (the next state of an advance), kept a clock ahead
         # so that neither the next state nor the coin's leading-zero count of an advance has a
         # leap's XOR trees in front of it; the count of a load is that of the seed (or the
-        # zero seed's, a constant), beside the seed's compare with zero.
+        # zero seed's, a constant), beside the seed's compare with zero. A zero seed acts as
+        # `ZERO_SEED_STATE`; as the leap is linear (the leap of zero is zero), that is an OR
+        # behind the seed's own values.
         seed_is_zero = self.seed == 0
+
+        def or_zero_seed(value, zero_seed_value):
+            return value | Mux(seed_is_zero, zero_seed_value, 0)
+
         zero_seed_ahead = self.model_advance(self.ZERO_SEED_STATE)
         zero_seed_zeros = 24 - (self.ZERO_SEED_STATE >> self.COIN_SHIFT).bit_length()
         ahead = Signal(32, init=zero_seed_ahead)
@@ -113,8 +121,8 @@ class GaloisLFSR32(GaloisLFSR32Model, wiring.Component):
         leaped_zeros = Signal(5)
         from_seed = Signal(init=1)  # the state is a seed, not a leap
         with m.If(self.load):
-            m.d.sync += [self.state.eq(Mux(seed_is_zero, self.ZERO_SEED_STATE, self.seed)),
-                         ahead.eq(Mux(seed_is_zero, zero_seed_ahead, leap(self.seed))),
+            m.d.sync += [self.state.eq(or_zero_seed(self.seed, self.ZERO_SEED_STATE)),
+                         ahead.eq(or_zero_seed(leap(self.seed), zero_seed_ahead)),
                          from_seed.eq(1),
                          seeded_zeros.eq(Mux(seed_is_zero, zero_seed_zeros,
                                              count_leading_zeros(self.seed[self.COIN_SHIFT:])))]
@@ -122,6 +130,7 @@ class GaloisLFSR32(GaloisLFSR32Model, wiring.Component):
             m.d.sync += [self.state.eq(ahead), ahead.eq(leaped), from_seed.eq(0)]
         with m.If(self.advance):  # not `Elif`: its enable is `advance` alone (unused on a load)
             m.d.sync += leaped_zeros.eq(count_leading_zeros(ahead[self.COIN_SHIFT:]))
-        m.d.comb += self.coin.eq(coin_to_float32(self.state[self.COIN_SHIFT:],
-                                                 Mux(from_seed, seeded_zeros, leaped_zeros)))
+        zeros = Mux(from_seed, seeded_zeros, leaped_zeros)
+        normalised = (self.state[self.COIN_SHIFT:] << zeros)[:24]
+        m.d.comb += self.coin.eq(Cat(normalised[:23], coin_exponent_field(zeros), 0))
         return m

@@ -8,7 +8,7 @@ beats (:func:`tree_beats`, ``n`` per request) into payload words by the kernel's
 
 import numpy as np
 
-from hw.kernels.reject_sample import RejectSampleParams
+from hw.kernels.reject_sample_params import RejectSampleParams
 from sim.payload import pack, unpack
 
 from .call import F32, Call, f32_bits

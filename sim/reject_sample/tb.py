@@ -22,7 +22,7 @@ golden's, float32 by bit pattern.
 import cocotb
 import numpy as np
 
-from hw.kernels.reject_sample import RejectSampleParams
+from hw.kernels.reject_sample_params import RejectSampleParams
 from sim.bench import KernelBench, PacketSink, write_summary
 from sim.cocotb_tb import ReadPortMemory, StreamSink
 from sim.reject_sample.cases import call_from_case
