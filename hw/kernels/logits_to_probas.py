@@ -45,7 +45,7 @@ from golden.logits_to_probas import (
     T_CUTOFF,
 )
 from hw.lib.component import KernelComponent
-from hw.lib.float32 import Float32Multiply, float32_fields, float32_order_key
+from hw.lib.float32 import Float32Multiply, float32_fields, float32_less, float32_less_equal
 from hw.lib.float32_dataflow import Float32Dataflow, Float32Sequencer
 from hw.lib.params import ParameterRecord, index_bits, parameter
 from hw.lib.pipeline import count_leading_zeros, stage
@@ -74,6 +74,15 @@ _CUTOFF = float32_bits(T_CUTOFF)
 _GREEDY = float32_bits(GREEDY_TEMPERATURE)
 EXP_C1_BITS, EXP_C2_BITS, EXP_C3_BITS = (float32_bits(c) for c in (EXP_C1, EXP_C2, EXP_C3))
 LOG2E_HI_BITS, LOG2E_LO_BITS = float32_bits(LOG2E_HI), float32_bits(LOG2E_LO)
+
+
+def order_key_greater(a: Value, b: Value) -> Value:
+    """``float32_order_key(a) > float32_order_key(b)`` for any bit patterns (NaNs ordered by
+    their magnitude, as the key orders them): two magnitude compares side by side, no
+    negation in front of a compare."""
+    fa, fb = float32_fields(a), float32_fields(b)
+    return Mux(fa.sign, Mux(fb.sign, fa.magnitude < fb.magnitude, 0),
+               Mux(fb.sign, ~(fa.is_zero & fb.is_zero), fa.magnitude > fb.magnitude))
 
 
 # --- float32 operation sequences, literally the golden's ------------------------------------
@@ -113,8 +122,7 @@ def _exp_element(df, logit, neg_max, c_hi, c_lo, c_hi_hi, c_hi_lo, all_neginf, k
     t_hi, t_lo = _fast_two_sum(df, p, tail)
 
     def in_range(t):
-        return ~float32_fields(t).is_nan & (
-            float32_order_key(t) >= float32_order_key(Const(_CUTOFF, 32)))
+        return float32_less_equal(Const(_CUTOFF, 32), t)
 
     # The range test (a 32-bit comparison) has a clock of its own, the masks the next.
     valid = df.comb(in_range, t_hi, name="valid")
@@ -148,15 +156,21 @@ def _exp_element(df, logit, neg_max, c_hi, c_lo, c_hi_hi, c_hi_lo, all_neginf, k
                    e, valid, all_neginf, keep, name="e")
 
 
-def _recip_program(seq, prefix, x_hi, x_lo):
+def _recip_seed(seq, prefix, x: Value) -> list:
+    """The statements of ``_recip_ff``'s first step: the seed (a 128-entry ROM) and the power
+    of two of ``x`` into the registers ``<prefix>_seed`` and ``<prefix>_pow``."""
+    seeds = Array(Const(float32_bits(v), 32) for v in RECIP_SEED)
+    return [seq.reg(f"{prefix}_seed").eq(seeds[x[16:23]]),
+            seq.reg(f"{prefix}_pow").eq(Cat(Const(0, 23), (254 - x[23:31])[:8], Const(0, 1)))]
+
+
+def _recip_program(seq, prefix, x_hi, x_lo, *, seeded=False):
     """The golden's ``_recip_ff(x_hi, x_lo)`` as sequencer operations; returns the names of
-    ``(r, r_lo)``."""
-    seed = seq.reg(f"{prefix}_seed")
-    power = seq.reg(f"{prefix}_pow")
-    seeds = Array(Const(float32_bits(x), 32) for x in RECIP_SEED)
-    x = seq.reg(x_hi)
-    seq.fn(lambda: [seed.eq(seeds[x[16:23]]),
-                    power.eq(Cat(Const(0, 23), (254 - x[23:31])[:8], Const(0, 1)))])
+    ``(r, r_lo)``. ``seeded``: the caller writes the first step (:func:`_recip_seed`) in the
+    clock before the program starts."""
+    if not seeded:
+        x = seq.reg(x_hi)
+        seq.fn(lambda: _recip_seed(seq, prefix, x))
     r = seq.mul(f"{prefix}_r0", f"{prefix}_seed", f"{prefix}_pow")
     for step in range(2):
         t = seq.mul(f"{prefix}_t", x_hi, r)
@@ -397,6 +411,10 @@ class LogitsToProbas(KernelComponent):
         m_index = Signal(token_width)
         have = Signal()
         last_row = Signal()  # row + 1 == rows, registered (a comparison less on the way)
+        # row + 2 == rows, a clock behind row: a row takes two clocks at least, so it is
+        # up to date when a row ends (and last_row takes it).
+        next_last_row = Signal(reset_less=True)
+        m.d.sync += next_last_row.eq(row + 2 == rows)
 
         m.submodules.buffer = buffer = Memory(shape=unsigned(32 * lanes), depth=words_max,
                                               init=[])
@@ -408,7 +426,9 @@ class LogitsToProbas(KernelComponent):
         seq.reg("T")
         seq.reg("zero")
         seq.program("request")
-        r_hi, r_lo = _recip_program(seq, "rt", "T", "zero")
+        # Its first step (the seed of 1/T) is taken from the cmd beat, so the program starts
+        # the clock after it, registered, and ends when it did with the step.
+        r_hi, r_lo = _recip_program(seq, "rt", "T", "zero", seeded=True)
         p, p_err = _seq_two_prod(seq, "cp", LOG2E_HI_BITS, r_hi)
         a = seq.mul("ca", LOG2E_HI_BITS, r_lo)
         b = seq.mul("cb", LOG2E_LO_BITS, r_hi)
@@ -449,31 +469,33 @@ class LogitsToProbas(KernelComponent):
         state = Signal(Phase)
         issue = Signal(range(words_max + 1))
         done = Signal(range(words_max + 1))
+        exp_done = Signal()  # done == words, kept beside done (it starts the row program)
 
         def lane_keep(word):
             base = Value.cast(word) << shift
             return Cat(*((base + i) < vocab for i in range(lanes)))
 
         # cmd
-        m.d.comb += self.cmd.ready.eq(state == Phase.IDLE)
+        start_request = Signal()  # the request program starts: the clock after the cmd beat
+        m.d.comb += [self.cmd.ready.eq(state == Phase.IDLE),
+                     seq.start("request").eq(start_request)]
+        m.d.sync += start_request.eq(0)
         with m.If(self.cmd.valid & self.cmd.ready):
             payload = self.cmd.payload
-            is_greedy = ~float32_fields(payload.temperature).is_nan & (
-                float32_order_key(payload.temperature) < float32_order_key(Const(_GREEDY, 32)))
+            is_greedy = float32_less(payload.temperature, Const(_GREEDY, 32))
             m.d.sync += [temperature.eq(payload.temperature), vocab.eq(payload.vocab_size),
                          rows.eq(payload.num_rows), row.eq(0), greedy.eq(is_greedy),
                          last_row.eq(payload.num_rows == 1),
                          words.eq((payload.vocab_size + (lanes - 1)) >> shift),
-                         seq.reg("T").eq(payload.temperature)]
+                         seq.reg("T").eq(payload.temperature),
+                         *_recip_seed(seq, "rt", payload.temperature)]
             m.d.sync += [issue.eq(0), have.eq(0)]
             with m.If(is_greedy):
                 m.d.sync += state.eq(Phase.INGEST)
             with m.Else():
-                m.d.sync += state.eq(Phase.REQUEST)
-            m.d.comb += seq.start("request").eq(~is_greedy)
-        with m.If(state == Phase.REQUEST):
-            with m.If(~seq.busy):
-                m.d.sync += state.eq(Phase.INGEST)
+                m.d.sync += [state.eq(Phase.REQUEST), start_request.eq(1)]
+        with m.If((state == Phase.REQUEST) & ~start_request & ~seq.busy):
+            m.d.sync += state.eq(Phase.INGEST)
 
         # Ingest: store, running max and argmax.
         m.d.comb += self.logits.ready.eq(state == Phase.INGEST)
@@ -485,8 +507,7 @@ class LogitsToProbas(KernelComponent):
         ingest_keep = lane_keep(issue)
         best_bits, best_index, best_have = m_bits, m_index, have
         for i in range(lanes):
-            better = ingest_keep[i] & (~best_have | (float32_order_key(elements[i])
-                                                     > float32_order_key(best_bits)))
+            better = ingest_keep[i] & (~best_have | order_key_greater(elements[i], best_bits))
             nb = Signal(32, name=f"best_bits{i}")
             ni = Signal(token_width, name=f"best_index{i}")
             nh = Signal(name=f"best_have{i}")
@@ -511,7 +532,8 @@ class LogitsToProbas(KernelComponent):
             with m.If(greedy):
                 m.d.comb += next_row.eq(1)
             with m.Else():
-                m.d.sync += [state.eq(Phase.EXP), issue.eq(0), done.eq(0), accumulator.eq(0)]
+                m.d.sync += [state.eq(Phase.EXP), issue.eq(0), done.eq(0), exp_done.eq(0),
+                             accumulator.eq(0)]
 
         # Exp pass: read, exponentiate, write back, accumulate.
         exp_issue = (state == Phase.EXP) & (issue < words)
@@ -559,8 +581,9 @@ class LogitsToProbas(KernelComponent):
                          name="lane_sum")
         sum_valid = stage(m, Const(1), fixed_valid, name="sum_valid")
         with m.If(sum_valid):
-            m.d.sync += [accumulator.eq(accumulator + lane_sum), done.eq(done + 1)]
-        with m.If((state == Phase.EXP) & (done == words)):
+            m.d.sync += [accumulator.eq(accumulator + lane_sum), done.eq(done + 1),
+                         exp_done.eq(done + 1 == words)]
+        with m.If((state == Phase.EXP) & exp_done):
             m.d.comb += seq.start("row").eq(1)
             m.d.sync += state.eq(Phase.ROW)
         with m.If((state == Phase.ROW) & ~seq.busy):
@@ -592,7 +615,7 @@ class LogitsToProbas(KernelComponent):
 
         with m.If(next_row):
             m.d.sync += [row.eq(row + 1), issue.eq(0), have.eq(0),
-                         last_row.eq(row + 2 == rows)]
+                         last_row.eq(next_last_row)]
             with m.If(last_row):
                 m.d.sync += state.eq(Phase.IDLE)
             with m.Else():

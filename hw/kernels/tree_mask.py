@@ -539,12 +539,28 @@ class TreeMask(KernelComponent):
             last_write.addr.eq(c2_parent),
             last_write.data.eq(c2_position),
             last_write.en.eq(link_fire),
-            first_write.addr.eq(c2_parent),
-            first_write.data.eq(c2_position),
-            first_write.en.eq(link_fire & ~parent_has_child),
-            sibling_write.addr.eq(last_read.data),
-            sibling_write.data.eq(c2_position),
-            sibling_write.en.eq(link_fire & parent_has_child),
+        ]
+        # C3: the first_child/next_sibling writes, a clock behind C2 (parent_has_child, a
+        # 64-input AND-OR, gated their LUT-RAM write enables). Nothing reads them before EMIT,
+        # whose first clock may meet the last node's write: the root's first child is
+        # forwarded then (a sibling link is never written at the root, position 0).
+        c3_first_en = Signal()
+        c3_sibling_en = Signal()
+        c3_parent = Signal(pos_bits, reset_less=True)
+        c3_last_child = Signal(pos_bits, reset_less=True)
+        c3_position = Signal(range(maxv), reset_less=True)
+        c3_root_child = Signal(reset_less=True)  # the first_child write is the root's
+        m.d.sync += [c3_first_en.eq(link_fire & ~parent_has_child),
+                     c3_sibling_en.eq(link_fire & parent_has_child),
+                     c3_parent.eq(c2_parent), c3_last_child.eq(last_read.data),
+                     c3_position.eq(c2_position), c3_root_child.eq(c2_parent == 0)]
+        m.d.comb += [
+            first_write.addr.eq(c3_parent),
+            first_write.data.eq(c3_position),
+            first_write.en.eq(c3_first_en),
+            sibling_write.addr.eq(c3_last_child),
+            sibling_write.data.eq(c3_position),
+            sibling_write.en.eq(c3_sibling_en),
         ]
         with m.If(c2_fire):
             m.d.sync += own_bit.eq(own_bit << 1)
@@ -611,7 +627,9 @@ class TreeMask(KernelComponent):
         m.d.comb += [
             tree_slice.i.valid.eq(emitting),
             record.retrive_index.eq(emit_index),
-            record.next_token.eq(Mux(has_child[0], first_read.data, -1)),
+            record.next_token.eq(Mux(has_child[0],
+                                     Mux(c3_first_en & c3_root_child, c3_position,
+                                         first_read.data), -1)),
             record.next_sibling.eq(Mux(has_sibling[0], sibling_read.data, -1)),
             record.position.eq(s2_seq + rec_read.data.depth),
             record.draft_token.eq(rec_read.data.token),
