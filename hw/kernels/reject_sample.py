@@ -187,8 +187,8 @@ index_width, address_width, divider_bits_per_stage
         q_layout = data.StructLayout({"epoch": EPOCH_BITS, "node": node_shape, "q": 32})
         m.submodules.probs = probs = SyncFIFO(width=q_layout.size, depth=Q_DEPTH)
         # Slices in front of the routing of a response by its tag and in front of the adder:
-        # their decisions (epoch compares, the add's issue) start at flip-flops and no longer
-        # reach back into the FIFOs' pointers.
+        # the route and the add's issue (with its epoch compare) start at flip-flops and no
+        # longer reach back into the FIFOs' pointers.
         m.submodules.response_slice = response_slice = RegisterSlice(data.StructLayout({
             "word": p.read_data_layout, "tag": tag_layout}))
         m.submodules.q_slice = q_slice = RegisterSlice(q_layout)
