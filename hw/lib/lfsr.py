@@ -29,8 +29,9 @@ def coin_exponent_field(leading_zeros: Value) -> Value:
 
 
 def xor_tree(bits: list) -> Value:
-    """XOR of ``bits`` as a tree of 6-input XORs (one LUT6 each); a plain reduction reached
-    synthesis as a chain (8 LUT levels for a leap row)."""
+    """XOR of ``bits`` as a tree of 6-input XORs (one LUT6 each), so that a leap row's depth
+    (at most 21 inputs: two levels) does not rest on how synthesis balances a reduction (alone,
+    the generator maps the same either way)."""
     bits = list(bits) or [Const(0, 1)]
     while len(bits) > 1:
         bits = [Cat(*bits[i:i + 6]).xor() for i in range(0, len(bits), 6)]
