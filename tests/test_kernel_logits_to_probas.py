@@ -13,10 +13,12 @@ from hw.kernels.logits_to_probas import (
     DEFAULTS,
     LogitsToProbas,
     LogitsToProbasParams,
+    order_key_greater,
     synthesis_parameters,
 )
 from hw.lib.float32_dataflow import Float32Dataflow, Float32Sequencer
 from sim.amaranth_tb import simulate
+from sim.float32.vectors import directed_operands
 from sim.harness import BUILD_ROOT
 from sim.logits_to_probas import PARAMETERS, TARGET
 from sim.logits_to_probas.pysim import run_on_amaranth
@@ -69,6 +71,35 @@ def test_synthesis_parameters():
 
 def _bits(x):
     return int(np.array(x, F32).view(np.uint32))
+
+
+def test_order_key_greater_is_the_order_key_compare():
+    """The argmax's ``order_key_greater`` (two magnitude compares) is ``float32_order_key(a) >
+    float32_order_key(b)`` for every bit pattern: the corner pairs (NaNs, zeros of both signs,
+    infinities, subnormals) and random patterns."""
+    corner_a, corner_b = directed_operands()
+    rng = np.random.default_rng(7)
+    a_values = np.concatenate([corner_a, rng.integers(0, 1 << 32, 2000, dtype=np.uint32)])
+    b_values = np.concatenate([corner_b, rng.integers(0, 1 << 32, 2000, dtype=np.uint32)])
+
+    def key(bits):
+        magnitude = bits & 0x7FFF_FFFF
+        return -magnitude if bits >> 31 else magnitude
+
+    a, b, greater = Signal(32), Signal(32), Signal()
+    m = Module()
+    m.d.comb += greater.eq(order_key_greater(a, b))
+    wrong = []
+
+    async def testbench(ctx):
+        for x, y in zip(a_values.tolist(), b_values.tolist(), strict=True):
+            ctx.set(a, x)
+            ctx.set(b, y)
+            if ctx.get(greater) != (key(x) > key(y)):
+                wrong.append((hex(x), hex(y)))
+
+    simulate(m, testbench, clocked=False)
+    assert not wrong, wrong[:5]
 
 
 def test_dataflow_two_prod_is_the_golden():
